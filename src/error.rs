@@ -1,0 +1,71 @@
+//! The library's error type. Each variant says what went wrong and what the user can do about it.
+
+use std::path::PathBuf;
+
+/// Errors raised by the model, the runtime loader and the Lance side of the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No ONNX Runtime shared library was found in any of the places we look.
+    #[error(
+        "ONNX Runtime {wanted} was not found (looked in: {tried}). Run `scripts/setup` to install it, \
+         or point `--ort-lib` / ORT_DYLIB_PATH at libonnxruntime.so"
+    )]
+    RuntimeNotFound { wanted: &'static str, tried: String },
+
+    /// A library was found but could not be loaded, or has the wrong version.
+    #[error(
+        "could not load ONNX Runtime from {path}: {message}. This tool needs ONNX Runtime {wanted}; \
+         run `scripts/setup` to install it, or point `--ort-lib` / ORT_DYLIB_PATH at a matching libonnxruntime.so"
+    )]
+    RuntimeLoad { path: PathBuf, message: String, wanted: &'static str },
+
+    /// The model directory, or a file inside it, is missing or inconsistent.
+    #[error("model {}: {message}", model_location(.dir, .file))]
+    Model { dir: PathBuf, file: String, message: String },
+
+    /// ONNX Runtime failed while building a session or running the model.
+    #[error("ONNX Runtime: {0}")]
+    Onnx(String),
+
+    /// The tokenizer failed on an input.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// An `embed.*` option has a value we cannot use.
+    #[error("option embed.{key} = '{value}': {message}")]
+    Option { key: &'static str, value: String, message: String },
+
+    /// A Lance dataset could not be opened, read or written.
+    #[error("Lance dataset {uri}: {message}")]
+    Lance { uri: String, message: String },
+}
+
+fn model_location(dir: &std::path::Path, file: &str) -> String {
+    let mut at = dir.display().to_string();
+    if dir.is_relative() {
+        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+        at = format!("{at} (relative to the working directory {cwd})");
+    }
+    if file.is_empty() { at } else { format!("{at}, file {file}") }
+}
+
+impl Error {
+    pub(crate) fn model(dir: impl Into<PathBuf>, file: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Model { dir: dir.into(), file: file.into(), message: message.into() }
+    }
+}
+
+impl From<ort::Error> for Error {
+    fn from(e: ort::Error) -> Self {
+        Self::Onnx(e.to_string())
+    }
+}
+
+impl From<Error> for datafusion::error::DataFusionError {
+    fn from(e: Error) -> Self {
+        datafusion::error::DataFusionError::External(Box::new(e))
+    }
+}
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,120 @@
+//! `CREATE EXTERNAL TABLE t STORED AS LANCE LOCATION '…' [OPTIONS ('version' '3' | 'tag' 'name')]`,
+//! and `INSERT INTO t …`, which appends a new version through the same sink as COPY.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
+use datafusion::common::{not_impl_err, plan_err, Result};
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::datasource::TableType;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{CreateExternalTable, Expr, LogicalPlan, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use lance::dataset::builder::DatasetBuilder;
+use lance::datafusion::LanceTableProvider;
+
+use super::{dataset_uri, LanceSink};
+use crate::error::Error;
+use crate::metrics::RunMetrics;
+
+/// Builds [`LanceTable`]s for `STORED AS LANCE`.
+#[derive(Debug)]
+pub struct LanceTableFactory {
+    metrics: Arc<RunMetrics>,
+}
+
+impl LanceTableFactory {
+    /// A factory whose tables' sinks report into `metrics`.
+    pub fn new(metrics: Arc<RunMetrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+#[async_trait]
+impl TableProviderFactory for LanceTableFactory {
+    async fn create(&self, _state: &dyn Session, cmd: &CreateExternalTable) -> Result<Arc<dyn TableProvider>> {
+        let uri = dataset_uri(&cmd.location);
+        let mut builder = DatasetBuilder::from_uri(&uri);
+        let mut pinned = None;
+        for (key, value) in &cmd.options {
+            match key.strip_prefix("format.").unwrap_or(key) {
+                "version" => {
+                    let v: u64 = value.parse().map_err(|_| {
+                        datafusion::error::DataFusionError::Plan(format!("table {}: option version '{value}' is not a version number", cmd.name))
+                    })?;
+                    builder = builder.with_version(v);
+                    pinned = Some(format!("version {v}"));
+                }
+                "tag" => {
+                    builder = builder.with_tag(value);
+                    pinned = Some(format!("tag '{value}'"));
+                }
+                other => return plan_err!("table {}: unknown option '{other}' for STORED AS LANCE; use 'version' or 'tag'", cmd.name),
+            }
+        }
+        let dataset = builder.load().await.map_err(|e| Error::Lance {
+            uri: cmd.location.clone(),
+            message: format!("cannot open ({e}); create it first with COPY (…) TO '{}' STORED AS LANCE", cmd.location),
+        })?;
+        let dataset = Arc::new(dataset);
+        let provider = LanceTableProvider::new(dataset, false, false);
+        Ok(Arc::new(LanceTable { uri, provider, pinned, metrics: Arc::clone(&self.metrics) }))
+    }
+}
+
+/// A Lance dataset as a SQL table: reads one version, and appends new versions on INSERT.
+#[derive(Debug)]
+pub struct LanceTable {
+    uri: String,
+    provider: LanceTableProvider,
+    pinned: Option<String>,
+    metrics: Arc<RunMetrics>,
+}
+
+#[async_trait]
+impl TableProvider for LanceTable {
+    fn schema(&self) -> SchemaRef {
+        self.provider.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_logical_plan(&'_ self) -> Option<Cow<'_, LogicalPlan>> {
+        None
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.provider.scan(state, projection, filters, limit).await
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+        self.provider.supports_filters_pushdown(filters)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return not_impl_err!("{insert_op} into a Lance table is not supported; use INSERT INTO");
+        }
+        if let Some(pinned) = &self.pinned {
+            return plan_err!("this Lance table is pinned to {pinned}; INSERT into a table created without 'version' or 'tag'");
+        }
+        let sink = LanceSink::new(self.uri.clone(), self.schema(), Arc::clone(&self.metrics));
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}

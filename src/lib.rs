@@ -1,0 +1,23 @@
+//! embedding-pipeline: embedding campaigns over text corpora with SQL, into versioned Lance datasets.
+//!
+//! The crate is laid out by the outside library each part talks to:
+//! - [`model`]: ONNX Runtime (through `ort`) and `tokenizers`; no DataFusion.
+//! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
+//! - [`lance`]: Lance tables (`STORED AS LANCE`) and the streaming Lance sink behind `COPY … STORED AS LANCE`.
+//! - [`session`]: a DataFusion session with all of the above registered.
+//! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
+//! - [`cli`]: the `pipeline` command.
+
+pub mod cli;
+pub mod error;
+pub mod lance;
+pub mod metrics;
+pub mod model;
+pub mod options;
+pub mod script;
+pub mod session;
+pub mod udf;
+
+pub use error::{Error, Result};
+pub use options::EmbedOptions;
+pub use session::EmbedSession;

@@ -1,0 +1,49 @@
+//! What a session has done so far: embedding counters summed over every `embed` call, and one
+//! report per Lance write. The CLI prints them; later run records are built from them.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::model::EmbedStats;
+
+/// One finished write into a Lance dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteReport {
+    /// The dataset's location.
+    pub uri: String,
+    /// Rows committed.
+    pub rows: u64,
+    /// The version the write committed.
+    pub version: u64,
+    /// Time from the first batch asked for to the commit.
+    pub elapsed: Duration,
+}
+
+/// Counters shared by the `embed` function and the Lance sinks of one session.
+#[derive(Debug, Default)]
+pub struct RunMetrics {
+    embed: Mutex<EmbedStats>,
+    writes: Mutex<Vec<WriteReport>>,
+}
+
+impl RunMetrics {
+    /// Add one embedding call's counters.
+    pub fn record_embed(&self, stats: &EmbedStats) {
+        self.embed.lock().unwrap_or_else(|e| e.into_inner()).add(stats);
+    }
+
+    /// Record a committed write.
+    pub fn record_write(&self, report: WriteReport) {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner()).push(report);
+    }
+
+    /// The embedding counters so far.
+    pub fn embed_stats(&self) -> EmbedStats {
+        self.embed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every write so far, in commit order.
+    pub fn writes(&self) -> Vec<WriteReport> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}

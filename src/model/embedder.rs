@@ -1,0 +1,248 @@
+//! The embedding path for one model: tokenise, order by length, run ONNX Runtime in token-budget
+//! batches, pool, normalise, and put every vector back at its input row.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+use ort::value::Tensor;
+
+use crate::error::{Error, Result};
+use crate::model::batching::{plan_batches, Batch};
+use crate::model::pooling::normalize;
+use crate::model::tokenize::{TextTokenizer, Tokenized};
+use crate::model::{runtime, ModelSpec};
+use crate::options::CallSettings;
+
+/// Counters of one embedding call; they add up across calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EmbedStats {
+    /// Texts embedded (NULLs excluded).
+    pub docs: u64,
+    /// NULL texts, which get a NULL vector.
+    pub nulls: u64,
+    /// Real tokens fed to the model (the attention-mask sum).
+    pub useful_tokens: u64,
+    /// Tokens the model processed, padding included (rows x padded length, summed over calls).
+    pub processed_tokens: u64,
+    /// Texts cut at `max_tokens`.
+    pub truncated_docs: u64,
+    /// Tokens those cuts removed.
+    pub dropped_tokens: u64,
+    /// Model calls made.
+    pub model_calls: u64,
+    /// Time spent tokenising.
+    pub tokenize_time: Duration,
+    /// Time spent in ONNX Runtime, pooling included.
+    pub model_time: Duration,
+}
+
+impl EmbedStats {
+    /// Add another call's counters to these.
+    pub fn add(&mut self, o: &EmbedStats) {
+        self.docs += o.docs;
+        self.nulls += o.nulls;
+        self.useful_tokens += o.useful_tokens;
+        self.processed_tokens += o.processed_tokens;
+        self.truncated_docs += o.truncated_docs;
+        self.dropped_tokens += o.dropped_tokens;
+        self.model_calls += o.model_calls;
+        self.tokenize_time += o.tokenize_time;
+        self.model_time += o.model_time;
+    }
+}
+
+/// Vectors for a batch of texts, in input order.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    /// `rows * dim` floats; a NULL row holds zeros (and is marked in `valid`).
+    pub vectors: Vec<f32>,
+    /// Whether each row had a text.
+    pub valid: Vec<bool>,
+    /// What the call did.
+    pub stats: EmbedStats,
+}
+
+/// What the `embed` function needs from a model; kept small so the DataFusion side stays free of `ort`.
+pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
+    /// The model's description.
+    fn spec(&self) -> &ModelSpec;
+    /// Embed texts; `None` rows give no vector.
+    fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded>;
+}
+
+/// Which graph output carries the result.
+#[derive(Debug, Clone, PartialEq)]
+enum Output {
+    /// Token states `[batch, seq, dim]`, pooled here.
+    TokenStates(String),
+    /// Pooled vectors `[batch, dim]`, produced by the graph itself.
+    Sentence(String),
+}
+
+/// One model: its tokenizer and its ONNX Runtime session, loaded once and shared.
+#[derive(Debug)]
+pub struct Embedder {
+    spec: ModelSpec,
+    tokenizer: TextTokenizer,
+    session: Mutex<Session>,
+    with_token_types: bool,
+    output: Output,
+}
+
+impl Embedder {
+    /// Load the tokenizer and build an ONNX Runtime session for the model, checking that its inputs and
+    /// outputs are ones we can serve.
+    pub fn load(spec: ModelSpec, intra_threads: usize) -> Result<Self> {
+        let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
+        let env = runtime::environment()?;
+        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
+        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        let session = Session::builder(env)
+            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
+            .and_then(|b| Ok(b.with_intra_threads(intra_threads.max(1))?))
+            .and_then(|mut b| Ok(b.commit_from_file(&spec.onnx_path)?))
+            .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+
+        let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
+        for required in ["input_ids", "attention_mask"] {
+            if !inputs.contains(&required) {
+                return Err(bad(format!("has no `{required}` input (inputs: {})", inputs.join(", "))));
+            }
+        }
+        if let Some(other) = inputs.iter().find(|n| !["input_ids", "attention_mask", "token_type_ids"].contains(n)) {
+            return Err(bad(format!("has an input `{other}` we cannot feed; expected input_ids, attention_mask, token_type_ids")));
+        }
+        let with_token_types = inputs.contains(&"token_type_ids");
+
+        let outputs: Vec<(&str, Option<i64>)> = session
+            .outputs()
+            .iter()
+            .map(|o| (o.name(), o.dtype().tensor_shape().and_then(|s| s.last().copied())))
+            .collect();
+        let pick = |name: &str| outputs.iter().find(|(n, _)| *n == name).copied();
+        let (output, last_dim) = match (pick("last_hidden_state"), pick("sentence_embedding")) {
+            (Some((n, d)), _) => (Output::TokenStates(n.to_string()), d),
+            (None, Some((n, d))) => (Output::Sentence(n.to_string()), d),
+            (None, None) => {
+                let names: Vec<&str> = outputs.iter().map(|(n, _)| *n).collect();
+                return Err(bad(format!(
+                    "has neither a `last_hidden_state` nor a `sentence_embedding` output (outputs: {})",
+                    names.join(", ")
+                )));
+            }
+        };
+        if let Some(d) = last_dim.filter(|d| *d > 0)
+            && d as usize != spec.dim
+        {
+            return Err(bad(format!(
+                "produces {d}-dimensional vectors but 1_Pooling/config.json says word_embedding_dimension {}",
+                spec.dim
+            )));
+        }
+        Ok(Self { spec, tokenizer, session: Mutex::new(session), with_token_types, output })
+    }
+
+    fn run_batch(&self, tokens: &[Tokenized], batch: &Batch, settings: &CallSettings, out: &mut [Vec<f32>]) -> Result<()> {
+        let (rows, len) = (batch.rows.len(), batch.padded_len);
+        let mut ids = vec![self.spec.pad_id as i64; rows * len];
+        let mut mask = vec![0i64; rows * len];
+        let mut types = vec![0i64; rows * len];
+        for (r, &row) in batch.rows.iter().enumerate() {
+            let t = &tokens[row];
+            for (j, (&id, &ty)) in t.ids.iter().zip(&t.type_ids).enumerate() {
+                ids[r * len + j] = id as i64;
+                types[r * len + j] = ty as i64;
+                mask[r * len + j] = 1;
+            }
+        }
+        let shape = [rows, len];
+        let mut inputs = ort::inputs![
+            "input_ids" => Tensor::from_array((shape, ids))?,
+            "attention_mask" => Tensor::from_array((shape, mask.clone()))?,
+        ];
+        if self.with_token_types {
+            inputs.push(("token_type_ids".into(), Tensor::from_array((shape, types))?.into()));
+        }
+        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let outputs = session.run(inputs)?;
+        let dim = self.spec.dim;
+        match &self.output {
+            Output::TokenStates(name) => {
+                let (shape, data) = outputs[name.as_str()].try_extract_tensor::<f32>()?;
+                if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim {
+                    return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {len}, {dim}]")));
+                }
+                for (r, &row) in batch.rows.iter().enumerate() {
+                    let v = &mut out[row];
+                    v.resize(dim, 0.0);
+                    settings.pooling.pool_row(&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len], dim, v);
+                }
+            }
+            Output::Sentence(name) => {
+                let (shape, data) = outputs[name.as_str()].try_extract_tensor::<f32>()?;
+                if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
+                    return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {dim}]")));
+                }
+                for (r, &row) in batch.rows.iter().enumerate() {
+                    out[row] = data[r * dim..(r + 1) * dim].to_vec();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TextEmbedder for Embedder {
+    fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded> {
+        if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
+            return Err(Error::Option {
+                key: "pooling",
+                value: settings.pooling.as_str().into(),
+                message: "this model's graph pools by itself (it has only a sentence_embedding output)".into(),
+            });
+        }
+        let mut stats = EmbedStats::default();
+        let present: Vec<(usize, &str)> = texts.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
+        stats.docs = present.len() as u64;
+        stats.nulls = (texts.len() - present.len()) as u64;
+
+        let started = Instant::now();
+        let strs: Vec<&str> = present.iter().map(|(_, t)| *t).collect();
+        let tokens = self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?;
+        stats.tokenize_time = started.elapsed();
+        for t in &tokens {
+            stats.useful_tokens += t.ids.len() as u64;
+            if t.dropped > 0 {
+                stats.truncated_docs += 1;
+                stats.dropped_tokens += t.dropped as u64;
+            }
+        }
+
+        let started = Instant::now();
+        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+        let mut pooled = vec![Vec::new(); tokens.len()];
+        for batch in plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows) {
+            stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
+            stats.model_calls += 1;
+            self.run_batch(&tokens, &batch, settings, &mut pooled)?;
+        }
+        let dim = self.spec.dim;
+        let mut vectors = vec![0.0f32; texts.len() * dim];
+        let mut valid = vec![false; texts.len()];
+        for ((row, _), mut v) in present.iter().zip(pooled) {
+            if settings.normalize {
+                normalize(&mut v);
+            }
+            vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
+            valid[*row] = true;
+        }
+        stats.model_time = started.elapsed();
+        Ok(Embedded { vectors, valid, stats })
+    }
+}

@@ -1,0 +1,21 @@
+//! The model side: ONNX Runtime through `ort`, and `tokenizers`. Nothing here knows about DataFusion.
+//!
+//! - [`runtime`] finds and loads the ONNX Runtime shared library.
+//! - [`spec`] reads a sentence-transformers model directory.
+//! - [`tokenize`] turns texts into token ids, with truncation accounting.
+//! - [`batching`] orders tokenised texts by length and cuts token-budget batches.
+//! - [`pooling`] turns token states into one vector per text.
+//! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
+
+pub mod batching;
+pub mod embedder;
+pub mod pooling;
+pub mod registry;
+pub mod runtime;
+pub mod spec;
+pub mod tokenize;
+
+pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder};
+pub use pooling::Pooling;
+pub use spec::ModelSpec;
+pub use tokenize::TruncationSide;

@@ -1,0 +1,28 @@
+//! One loaded model per (directory, thread count) for the whole process: the ONNX session and the
+//! tokenizer are loaded on first use and shared by every query and partition after that.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::Result;
+use crate::model::{Embedder, ModelSpec};
+
+type Key = (PathBuf, usize);
+
+static MODELS: OnceLock<Mutex<HashMap<Key, Arc<Embedder>>>> = OnceLock::new();
+
+/// The shared embedder for a model directory, loading it on first use.
+pub fn get_or_load(dir: &Path, intra_threads: usize) -> Result<Arc<Embedder>> {
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let key = (canonical, intra_threads);
+    let models = MODELS.get_or_init(Default::default);
+    // Loading happens under the lock so that two partitions never load the same model twice.
+    let mut map = models.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = map.get(&key) {
+        return Ok(Arc::clone(e));
+    }
+    let embedder = Arc::new(Embedder::load(ModelSpec::load(dir)?, intra_threads)?);
+    map.insert(key, Arc::clone(&embedder));
+    Ok(embedder)
+}

@@ -1,0 +1,237 @@
+//! Reading a sentence-transformers model directory: which files hold the tokenizer, the ONNX graph,
+//! the pooling mode, the normalisation step and the sequence limit, checked against each other.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::model::Pooling;
+
+/// What a sentence-transformers directory says about its model. Loading it reads only small JSON
+/// files, so it is cheap enough to do while a query is planned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    /// The directory as given.
+    pub dir: PathBuf,
+    /// The ONNX graph: `onnx/model.onnx`, or `model.onnx` at the top of the directory.
+    pub onnx_path: PathBuf,
+    /// `tokenizer.json`.
+    pub tokenizer_path: PathBuf,
+    /// `max_seq_length` from `sentence_bert_config.json`.
+    pub max_seq_length: usize,
+    /// The pooling mode from the Pooling module's `config.json`.
+    pub pooling: Pooling,
+    /// Whether modules.json ends in a Normalize module.
+    pub normalize: bool,
+    /// Embedding dimension (`word_embedding_dimension`).
+    pub dim: usize,
+    /// Padding token id (`pad_token_id` in config.json, 0 when absent).
+    pub pad_id: u32,
+}
+
+#[derive(Deserialize)]
+struct Module {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    word_embedding_dimension: usize,
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+}
+
+#[derive(Deserialize)]
+struct SbertConfig {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct HfConfig {
+    hidden_size: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    pad_token_id: Option<u32>,
+}
+
+impl ModelSpec {
+    /// Read and cross-check the directory. Every error names the file at fault.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(Error::model(
+                &dir,
+                "",
+                "model directory not found. Run `scripts/setup` for the default model, or `SET embed.model` to a \
+                 sentence-transformers directory",
+            ));
+        }
+        let modules: Vec<Module> = read_json(&dir, "modules.json")?;
+        let normalize = modules.iter().any(|m| m.kind.ends_with("Normalize"));
+        let pooling_module = modules.iter().find(|m| m.kind.ends_with("Pooling")).ok_or_else(|| {
+            Error::model(&dir, "modules.json", "has no sentence_transformers.models.Pooling module")
+        })?;
+        let pooling_file = format!("{}/config.json", pooling_module.path.trim_end_matches('/'));
+        let pooling_cfg: PoolingConfig = read_json(&dir, &pooling_file)?;
+        let pooling = pooling_mode(&dir, &pooling_file, &pooling_cfg)?;
+
+        let sbert: SbertConfig = read_json(&dir, "sentence_bert_config.json")?;
+        let max_seq_length = sbert.max_seq_length.filter(|n| *n >= 2).ok_or_else(|| {
+            Error::model(&dir, "sentence_bert_config.json", "needs a max_seq_length of at least 2")
+        })?;
+
+        let hf: HfConfig = read_json(&dir, "config.json")?;
+        if let Some(hidden) = hf.hidden_size
+            && hidden != pooling_cfg.word_embedding_dimension
+        {
+            return Err(Error::model(
+                &dir,
+                &pooling_file,
+                format!(
+                    "word_embedding_dimension is {} but config.json has hidden_size {hidden}",
+                    pooling_cfg.word_embedding_dimension
+                ),
+            ));
+        }
+        if let Some(positions) = hf.max_position_embeddings
+            && max_seq_length > positions
+        {
+            return Err(Error::model(
+                &dir,
+                "sentence_bert_config.json",
+                format!("max_seq_length {max_seq_length} exceeds max_position_embeddings {positions} in config.json"),
+            ));
+        }
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        if !tokenizer_path.is_file() {
+            return Err(Error::model(&dir, "tokenizer.json", "file not found"));
+        }
+        let onnx_path = ["onnx/model.onnx", "model.onnx"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| Error::model(&dir, "onnx/model.onnx", "file not found (nor model.onnx)"))?;
+
+        Ok(Self {
+            dir,
+            onnx_path,
+            tokenizer_path,
+            max_seq_length,
+            pooling,
+            normalize,
+            dim: pooling_cfg.word_embedding_dimension,
+            pad_id: hf.pad_token_id.unwrap_or(0),
+        })
+    }
+
+    /// The directory's last component, used as the model's name in records.
+    pub fn name(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.dir.display().to_string())
+    }
+}
+
+fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> {
+    if cfg.pooling_mode_mean_sqrt_len_tokens {
+        return Err(Error::model(dir, file, "pooling_mode_mean_sqrt_len_tokens is not supported; use mean, cls or max"));
+    }
+    let modes = [
+        (cfg.pooling_mode_mean_tokens, Pooling::Mean),
+        (cfg.pooling_mode_cls_token, Pooling::Cls),
+        (cfg.pooling_mode_max_tokens, Pooling::Max),
+    ];
+    let mut on = modes.iter().filter(|(set, _)| *set).map(|(_, p)| *p);
+    match (on.next(), on.next()) {
+        (Some(p), None) => Ok(p),
+        (None, _) => Err(Error::model(dir, file, "sets no pooling mode; set one of pooling_mode_mean_tokens, _cls_token, _max_tokens")),
+        (Some(_), Some(_)) => Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported")),
+    }
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| Error::model(dir, file, format!("invalid: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_minimal(dir: &Path) {
+        std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+        std::fs::create_dir_all(dir.join("onnx")).unwrap();
+        std::fs::write(
+            dir.join("modules.json"),
+            r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+               {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+               {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("1_Pooling/config.json"),
+            r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("sentence_bert_config.json"), r#"{"max_seq_length": 16}"#).unwrap();
+        std::fs::write(dir.join("config.json"), r#"{"hidden_size": 8, "max_position_embeddings": 32}"#).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
+        std::fs::write(dir.join("onnx/model.onnx"), b"").unwrap();
+    }
+
+    #[test]
+    fn reads_a_complete_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_minimal(tmp.path());
+        let spec = ModelSpec::load(tmp.path()).unwrap();
+        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling, spec.normalize), (8, 16, Pooling::Mean, true));
+        assert!(spec.onnx_path.ends_with("onnx/model.onnx"));
+    }
+
+    #[test]
+    fn each_missing_or_inconsistent_file_is_named() {
+        let cases: [(&str, Box<dyn Fn(&Path)>); 7] = [
+            ("modules.json", Box::new(|d| std::fs::remove_file(d.join("modules.json")).unwrap())),
+            ("1_Pooling/config.json", Box::new(|d| std::fs::remove_file(d.join("1_Pooling/config.json")).unwrap())),
+            ("sentence_bert_config.json", Box::new(|d| std::fs::write(d.join("sentence_bert_config.json"), "{}").unwrap())),
+            ("1_Pooling/config.json", Box::new(|d| std::fs::write(d.join("config.json"), r#"{"hidden_size": 9}"#).unwrap())),
+            ("tokenizer.json", Box::new(|d| std::fs::remove_file(d.join("tokenizer.json")).unwrap())),
+            ("onnx/model.onnx", Box::new(|d| std::fs::remove_file(d.join("onnx/model.onnx")).unwrap())),
+            (
+                "1_Pooling/config.json",
+                Box::new(|d| {
+                    std::fs::write(
+                        d.join("1_Pooling/config.json"),
+                        r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true, "pooling_mode_cls_token": true}"#,
+                    )
+                    .unwrap()
+                }),
+            ),
+        ];
+        for (file, break_it) in cases {
+            let tmp = tempfile::tempdir().unwrap();
+            write_minimal(tmp.path());
+            break_it(tmp.path());
+            let err = ModelSpec::load(tmp.path()).unwrap_err().to_string();
+            assert!(err.contains(file), "expected {file} in: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_directory_says_what_to_do() {
+        let err = ModelSpec::load("/nonexistent/model").unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/model") && err.contains("scripts/setup"), "{err}");
+    }
+}

@@ -1,0 +1,86 @@
+//! Tokenising texts for the model: the tokenizer's own truncation and padding settings are replaced
+//! by ours (cut at `max_tokens` with the special tokens counted, no padding), and every cut is counted.
+
+use std::path::Path;
+
+use tokenizers::{Encoding, Tokenizer, TruncationDirection};
+
+use crate::error::{Error, Result};
+
+/// Which end of an over-long text is cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TruncationSide {
+    /// Keep the start of the text (sentence-transformers' behaviour).
+    Right,
+    /// Keep the end of the text.
+    Left,
+}
+
+impl TruncationSide {
+    /// The name used in options and records.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Right => "right",
+            Self::Left => "left",
+        }
+    }
+}
+
+/// One text as the model sees it, before padding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokenized {
+    /// Token ids, special tokens included.
+    pub ids: Vec<u32>,
+    /// Segment ids, as long as `ids`.
+    pub type_ids: Vec<u32>,
+    /// Tokens cut off by truncation (0 when the text fitted).
+    pub dropped: usize,
+}
+
+/// A tokenizer loaded from `tokenizer.json`, with padding and truncation left to us.
+#[derive(Debug)]
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    /// Special tokens the post-processor adds to one sequence (2 for BERT: [CLS] and [SEP]).
+    added: usize,
+}
+
+impl TextTokenizer {
+    /// Load `tokenizer.json`. `dir` only serves to name the model in errors.
+    pub fn from_file(path: &Path, dir: &Path) -> Result<Self> {
+        let mut inner = Tokenizer::from_file(path)
+            .map_err(|e| Error::model(dir, "tokenizer.json", format!("cannot load: {e}")))?;
+        // NOTE: all-MiniLM-L6-v2's tokenizer.json ships truncation at 128 and fixed padding to 128;
+        // neither matches sentence-transformers, so both are switched off and done here.
+        inner
+            .with_truncation(None)
+            .map_err(|e| Error::model(dir, "tokenizer.json", e.to_string()))?;
+        inner.with_padding(None);
+        let added = inner.get_post_processor().map(|p| tokenizers::PostProcessor::added_tokens(p, false)).unwrap_or(0);
+        Ok(Self { inner, added })
+    }
+
+    /// Tokenise a batch of texts in parallel, each cut to at most `max_tokens` tokens.
+    pub fn tokenize(&self, texts: &[&str], max_tokens: usize, side: TruncationSide) -> Result<Vec<Tokenized>> {
+        let raw = self
+            .inner
+            .encode_batch_fast(texts.to_vec(), false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let budget = max_tokens.saturating_sub(self.added);
+        raw.into_iter().map(|enc| self.finish(enc, budget, side)).collect()
+    }
+
+    fn finish(&self, mut enc: Encoding, budget: usize, side: TruncationSide) -> Result<Tokenized> {
+        let dropped = enc.len().saturating_sub(budget);
+        if dropped > 0 {
+            let direction = match side {
+                TruncationSide::Right => TruncationDirection::Right,
+                TruncationSide::Left => TruncationDirection::Left,
+            };
+            enc.truncate(budget, 0, direction);
+            drop(enc.take_overflowing());
+        }
+        let enc = self.inner.post_process(enc, None, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(Tokenized { ids: enc.get_ids().to_vec(), type_ids: enc.get_type_ids().to_vec(), dropped })
+    }
+}

@@ -1,0 +1,144 @@
+//! `embed.*` session options: a DataFusion config extension, set with `SET embed.<key> = …`
+//! and read by the `embed` function when it executes.
+
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::extensions_options;
+
+use crate::error::{Error, Result};
+use crate::model::{Pooling, TruncationSide};
+
+extensions_options! {
+    /// Options of an embedding campaign. Every key is settable from SQL as `SET embed.<key> = <value>`.
+    pub struct EmbedOptions {
+        /// Sentence-transformers model directory (tokenizer.json, modules.json, 1_Pooling/, onnx/model.onnx).
+        pub model: String, default = "models/all-MiniLM-L6-v2".to_string()
+        /// Most tokens per text, special tokens included. 0 uses the model's `max_seq_length`.
+        pub max_tokens: usize, default = 0
+        /// Which end of an over-long text is cut: 'right' (keep the start) or 'left' (keep the end).
+        pub truncation: String, default = "right".to_string()
+        /// Pooling override: 'mean', 'cls' or 'max'. Empty uses the model's 1_Pooling/config.json.
+        pub pooling: String, default = String::new()
+        /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.
+        pub normalize: String, default = String::new()
+        /// Most padded tokens (rows x padded length) in one model call.
+        pub batch_tokens: usize, default = 2048
+        /// Most rows in one model call.
+        pub max_batch_rows: usize, default = 256
+        /// ONNX Runtime intra-op threads. 0 uses one per available core.
+        pub intra_threads: usize, default = 0
+    }
+}
+
+impl ConfigExtension for EmbedOptions {
+    const PREFIX: &'static str = "embed";
+}
+
+/// The options that shape each model call, resolved against the model's own configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallSettings {
+    pub max_tokens: usize,
+    pub truncation: TruncationSide,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    pub batch_tokens: usize,
+    pub max_batch_rows: usize,
+}
+
+impl EmbedOptions {
+    /// These options with another model directory.
+    pub fn with_model(mut self, dir: impl Into<String>) -> Self {
+        self.model = dir.into();
+        self
+    }
+
+    /// Resolve overrides against the model defaults, rejecting values that cannot be used.
+    pub fn call_settings(&self, model_max_tokens: usize, model_pooling: Pooling, model_normalize: bool) -> Result<CallSettings> {
+        let max_tokens = match self.max_tokens {
+            0 => model_max_tokens,
+            n if n < 2 => return Err(bad("max_tokens", n, "must be at least 2 (room for the special tokens)")),
+            n => n,
+        };
+        let truncation = match self.truncation.to_ascii_lowercase().as_str() {
+            "right" | "" => TruncationSide::Right,
+            "left" => TruncationSide::Left,
+            _ => return Err(bad("truncation", &self.truncation, "use 'right' or 'left'")),
+        };
+        let pooling = match self.pooling.as_str() {
+            "" => model_pooling,
+            p => Pooling::parse(p).ok_or_else(|| bad("pooling", p, "use 'mean', 'cls' or 'max'"))?,
+        };
+        let normalize = match self.normalize.to_ascii_lowercase().as_str() {
+            "" => model_normalize,
+            "true" | "1" | "yes" => true,
+            "false" | "0" | "no" => false,
+            _ => return Err(bad("normalize", &self.normalize, "use 'true' or 'false'")),
+        };
+        if self.batch_tokens == 0 {
+            return Err(bad("batch_tokens", 0, "must be positive"));
+        }
+        if self.max_batch_rows == 0 {
+            return Err(bad("max_batch_rows", 0, "must be positive"));
+        }
+        Ok(CallSettings {
+            max_tokens,
+            truncation,
+            pooling,
+            normalize,
+            batch_tokens: self.batch_tokens,
+            max_batch_rows: self.max_batch_rows,
+        })
+    }
+
+    /// Intra-op threads to give ONNX Runtime: the option, or one per available core.
+    pub fn resolved_intra_threads(&self) -> usize {
+        match self.intra_threads {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n,
+        }
+    }
+}
+
+fn bad(key: &'static str, value: impl ToString, message: &str) -> Error {
+    Error::Option { key, value: value.to_string(), message: message.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_model() {
+        let s = EmbedOptions::default().call_settings(256, Pooling::Mean, true).unwrap();
+        assert_eq!(s.max_tokens, 256);
+        assert_eq!(s.pooling, Pooling::Mean);
+        assert!(s.normalize);
+        assert_eq!(s.truncation, TruncationSide::Right);
+    }
+
+    #[test]
+    fn overrides_apply() {
+        let o = EmbedOptions {
+            max_tokens: 16,
+            pooling: "cls".into(),
+            normalize: "false".into(),
+            truncation: "left".into(),
+            ..Default::default()
+        };
+        let s = o.call_settings(256, Pooling::Mean, true).unwrap();
+        assert_eq!((s.max_tokens, s.pooling, s.normalize, s.truncation), (16, Pooling::Cls, false, TruncationSide::Left));
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (o, key) in [
+            (EmbedOptions { pooling: "median".into(), ..Default::default() }, "embed.pooling"),
+            (EmbedOptions { normalize: "maybe".into(), ..Default::default() }, "embed.normalize"),
+            (EmbedOptions { truncation: "middle".into(), ..Default::default() }, "embed.truncation"),
+            (EmbedOptions { max_tokens: 1, ..Default::default() }, "embed.max_tokens"),
+            (EmbedOptions { batch_tokens: 0, ..Default::default() }, "embed.batch_tokens"),
+        ] {
+            let err = o.call_settings(256, Pooling::Mean, true).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! A DataFusion session with the pipeline's pieces registered: the `embed.*` options, the `embed`
+//! and `embed_dim` functions, Lance tables, and Lance as a COPY target.
+
+use std::sync::Arc;
+
+use datafusion::error::Result;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::lance::{LanceFormatFactory, LanceTableFactory};
+use crate::metrics::RunMetrics;
+use crate::options::EmbedOptions;
+use crate::udf::embed_udfs;
+
+/// A SQL session for embedding campaigns, and what it has done so far.
+#[derive(Clone)]
+pub struct EmbedSession {
+    ctx: SessionContext,
+    metrics: Arc<RunMetrics>,
+}
+
+impl EmbedSession {
+    /// A session with default `embed.*` options.
+    pub fn new() -> Result<Self> {
+        Self::with_options(EmbedOptions::default())
+    }
+
+    /// A session starting from these `embed.*` options (SQL `SET` can still change them).
+    pub fn with_options(options: EmbedOptions) -> Result<Self> {
+        let metrics = Arc::new(RunMetrics::default());
+        let config = SessionConfig::new().with_option_extension(options.clone());
+        let mut state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(&metrics))))
+            .build();
+        state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
+        let ctx = SessionContext::new_with_state(state);
+        for udf in embed_udfs(&options, Arc::clone(&metrics)) {
+            ctx.register_udf(udf);
+        }
+        Ok(Self { ctx, metrics })
+    }
+
+    /// The DataFusion context, for `sql()`, `register_*` and the rest of its API.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Counters of the embedding calls and Lance writes made through this session.
+    pub fn metrics(&self) -> &Arc<RunMetrics> {
+        &self.metrics
+    }
+}

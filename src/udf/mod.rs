@@ -1,0 +1,6 @@
+//! DataFusion functions. They reach the model only through [`crate::model::TextEmbedder`] and the
+//! shared [`crate::model::registry`].
+
+pub mod embed;
+
+pub use embed::{embed_udfs, EmbedUdf};

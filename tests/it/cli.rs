@@ -1,0 +1,86 @@
+//! The `pipeline` binary: running a job file, its summary, and its errors and exit codes.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::common::{model_dir, write_jsonl};
+
+fn pipeline(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn job(dir: &Path, body: &str) -> String {
+    write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text")), ("x3", None)]);
+    let sql = format!("SET embed.model = '{}';\n{body}", model_dir().display());
+    std::fs::write(dir.join("job.sql"), sql).unwrap();
+    "job.sql".to_string()
+}
+
+#[test]
+fn run_writes_prints_and_summarises() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(
+        tmp.path(),
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';
+         SELECT id, embed(text) AS embedding FROM docs ORDER BY id LIMIT 2;
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;",
+    );
+    let o = pipeline(&["run", &file], tmp.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("| x1 ") && out.contains("384 values]"), "{out}");
+    assert!(out.contains("wrote 3 rows to") && out.contains("(version 1)"), "{out}");
+    assert!(out.contains("pipeline run: 3 rows written") && out.contains("at version 1"), "{out}");
+    assert!(tmp.path().join("out/docs.lance").is_dir());
+}
+
+#[test]
+fn a_failing_statement_is_named_with_its_line_and_exits_non_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(tmp.path(), "\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'missing.jsonl';");
+    let o = pipeline(&["run", &file], tmp.path());
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("statement 2 (line 3)") && err.contains("missing.jsonl"), "{err}");
+}
+
+#[test]
+fn a_missing_job_file_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = pipeline(&["run", "nope.sql"], tmp.path());
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("nope.sql"));
+}
+
+#[test]
+fn a_missing_onnx_runtime_says_what_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(tmp.path(), "SELECT embed('x');");
+    let o = pipeline(&["--ort-lib", "/nonexistent/libonnxruntime.so", "run", &file], tmp.path());
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("/nonexistent/libonnxruntime.so") && err.contains("scripts/setup"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_library_that_is_not_onnx_runtime_is_refused_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let not_ort = tmp.path().join("libnot_ort.so");
+    std::fs::write(&not_ort, b"not a shared library").unwrap();
+    let file = job(tmp.path(), "SELECT embed('x');");
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", &file])
+        .env("ORT_DYLIB_PATH", &not_ort)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("could not load ONNX Runtime") && err.contains("libnot_ort.so"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

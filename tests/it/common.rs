@@ -1,0 +1,81 @@
+//! Shared helpers: a session on the default model, running SQL, reading vectors out of results.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Float32Type;
+use embedding_pipeline::{EmbedOptions, EmbedSession};
+
+/// The default model as `scripts/setup` installs it.
+pub fn model_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    assert!(dir.join("onnx/model.onnx").is_file(), "{} is missing: run scripts/setup first", dir.display());
+    dir
+}
+
+/// A session on the default model.
+pub fn session() -> EmbedSession {
+    session_on(&model_dir())
+}
+
+/// A session on the model in `dir`.
+pub fn session_on(dir: &Path) -> EmbedSession {
+    EmbedSession::with_options(EmbedOptions::default().with_model(dir.display().to_string())).unwrap()
+}
+
+/// Run statements one by one; return the last one's result.
+pub async fn sql(session: &EmbedSession, statements: &str) -> datafusion::error::Result<Vec<RecordBatch>> {
+    let mut last = Vec::new();
+    for stmt in embedding_pipeline::script::split_statements(statements) {
+        last = session.context().sql(&stmt.sql).await?.collect().await?;
+    }
+    Ok(last)
+}
+
+/// The vectors in column `col`, in row order; NULL rows are `None`.
+pub fn vectors(batches: &[RecordBatch], col: &str) -> Vec<Option<Vec<f32>>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let list = b.column_by_name(col).unwrap().as_fixed_size_list();
+        for i in 0..list.len() {
+            out.push(list.is_valid(i).then(|| list.value(i).as_primitive::<Float32Type>().values().to_vec()));
+        }
+    }
+    out
+}
+
+/// The strings in column `col`, in row order.
+pub fn strings(batches: &[RecordBatch], col: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let c = datafusion::arrow::compute::cast(b.column_by_name(col).unwrap(), &datafusion::arrow::datatypes::DataType::Utf8).unwrap();
+        out.extend(c.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()));
+    }
+    out
+}
+
+/// One number from a one-row, one-column result.
+pub fn scalar_i64(batches: &[RecordBatch]) -> i64 {
+    let c = datafusion::arrow::compute::cast(batches[0].column(0), &datafusion::arrow::datatypes::DataType::Int64).unwrap();
+    c.as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0)
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+pub fn norm(a: &[f32]) -> f32 {
+    a.iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+/// A small JSONL corpus with the given (id, text) rows.
+pub fn write_jsonl(path: &Path, rows: &[(&str, Option<&str>)]) {
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }).to_string())
+        .collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}

@@ -1,0 +1,92 @@
+//! Bad input gets an error that names what is wrong and says what to do.
+
+use crate::common::{session, sql, write_jsonl};
+
+#[tokio::test]
+async fn unknown_embed_option_is_named() {
+    let err = sql(&session(), "SET embed.modle = 'x'").await.unwrap_err().to_string();
+    assert!(err.contains("modle"), "{err}");
+}
+
+#[tokio::test]
+async fn bad_option_value_is_named_when_embedding() {
+    let err = sql(&session(), "SET embed.pooling = 'median'; SELECT embed('x')").await.unwrap_err().to_string();
+    assert!(err.contains("embed.pooling") && err.contains("median"), "{err}");
+}
+
+#[tokio::test]
+async fn missing_model_directory_is_named() {
+    let err = sql(&session(), "SET embed.model = '/nonexistent/model'; SELECT embed('x')").await.unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/model") && err.contains("scripts/setup"), "{err}");
+}
+
+#[tokio::test]
+async fn a_model_directory_missing_a_file_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::model::copy_configs(&crate::common::model_dir(), tmp.path());
+    let err = sql(&session(), &format!("SET embed.model = '{}'; SELECT embed('x')", tmp.path().display()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("onnx/model.onnx"), "{err}");
+}
+
+#[tokio::test]
+async fn set_embed_model_switches_the_model_and_its_dimension() {
+    let s = session();
+    let dim = sql(&s, "SELECT embed_dim()").await.unwrap();
+    assert_eq!(crate::common::scalar_i64(&dim), 384);
+    // A second, valid model directory: the same files under another name.
+    let tmp = tempfile::tempdir().unwrap();
+    crate::model::copy_configs(&crate::common::model_dir(), tmp.path());
+    std::fs::create_dir_all(tmp.path().join("onnx")).unwrap();
+    std::fs::copy(crate::common::model_dir().join("onnx/model.onnx"), tmp.path().join("onnx/model.onnx")).unwrap();
+    let b = sql(&s, &format!("SET embed.model = '{}'; SELECT embed('x') AS v", tmp.path().display())).await.unwrap();
+    assert_eq!(crate::common::vectors(&b, "v")[0].as_ref().unwrap().len(), 384);
+    // Back to a broken one: the next plan fails instead of using the old model.
+    assert!(sql(&s, "SET embed.model = '/nonexistent'; SELECT embed('x')").await.is_err());
+}
+
+#[tokio::test]
+async fn missing_source_file_is_named() {
+    let err = sql(&session(), "CREATE EXTERNAL TABLE t STORED AS JSON LOCATION '/nonexistent/docs.jsonl'")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/nonexistent/docs.jsonl"), "{err}");
+}
+
+#[tokio::test]
+async fn missing_lance_dataset_says_how_to_create_it() {
+    let err = sql(&session(), "CREATE EXTERNAL TABLE t STORED AS LANCE LOCATION '/nonexistent/x.lance'")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/nonexistent/x.lance") && err.contains("COPY"), "{err}");
+}
+
+#[tokio::test]
+async fn a_text_column_that_is_not_a_string_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("nums.jsonl");
+    std::fs::write(&path, "{\"id\": 1, \"body\": 42}\n").unwrap();
+    let s = session();
+    sql(&s, &format!("CREATE EXTERNAL TABLE t STORED AS JSON LOCATION '{}'", path.display())).await.unwrap();
+    let err = sql(&s, "SELECT embed(body) FROM t").await.unwrap_err().to_string();
+    assert!(err.contains("body") && err.contains("Int64") && err.contains("CAST"), "{err}");
+}
+
+#[tokio::test]
+async fn appending_an_incompatible_schema_is_refused_and_keeps_the_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("docs.jsonl");
+    write_jsonl(&corpus, &[("a", Some("one")), ("b", Some("two"))]);
+    let o = tmp.path().join("out.lance").display().to_string();
+    let s = session();
+    sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus.display())).await.unwrap();
+    sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap();
+    let err = sql(&s, &format!("COPY (SELECT id, text FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap_err().to_string();
+    assert!(err.contains(&o), "{err}");
+    let ds = lance::Dataset::open(&o).await.unwrap();
+    assert_eq!((ds.version().version, ds.count_rows(None).await.unwrap()), (1, 2));
+}

@@ -1,0 +1,111 @@
+//! The model path against known answers: the sentence-transformers README similarity matrix.
+
+use std::path::Path;
+
+use crate::common::{cosine, model_dir, norm, session, session_on, sql, vectors};
+
+const SENTENCES: &str =
+    "SELECT embed(column1) AS v FROM (VALUES ('The weather is lovely today.'), ('It''s so sunny outside!'), ('He drove to the stadium.'))";
+/// similarity(0,1), (0,2), (1,2) as the sentence-transformers README prints them.
+const EXPECTED: [f32; 3] = [0.6660, 0.1046, 0.1411];
+
+async fn similarities(session: &embedding_pipeline::EmbedSession) -> [f32; 3] {
+    let v: Vec<Vec<f32>> = vectors(&sql(session, SENTENCES).await.unwrap(), "v").into_iter().map(Option::unwrap).collect();
+    for x in &v {
+        assert_eq!(x.len(), 384);
+        assert!((norm(x) - 1.0).abs() < 1e-5, "not unit norm: {}", norm(x));
+    }
+    [cosine(&v[0], &v[1]), cosine(&v[0], &v[2]), cosine(&v[1], &v[2])]
+}
+
+#[tokio::test]
+async fn int8_model_reproduces_the_similarity_matrix() {
+    let got = similarities(&session()).await;
+    for (g, e) in got.iter().zip(EXPECTED) {
+        assert!((g - e).abs() <= 0.005, "got {got:?}, expected {EXPECTED:?} within 0.005");
+    }
+}
+
+#[tokio::test]
+async fn fp32_model_reproduces_the_similarity_matrix_closely() {
+    let fp32 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2-fp32/model.onnx");
+    if !fp32.is_file() {
+        eprintln!("skipped: {} is absent (it exists only beside the project's CI)", fp32.display());
+        return;
+    }
+    // The same configs as the default model, with the float32 graph.
+    let tmp = tempfile::tempdir().unwrap();
+    copy_configs(&model_dir(), tmp.path());
+    std::fs::create_dir_all(tmp.path().join("onnx")).unwrap();
+    std::os::unix::fs::symlink(fp32.canonicalize().unwrap(), tmp.path().join("onnx/model.onnx")).unwrap();
+    let got = similarities(&session_on(tmp.path())).await;
+    for (g, e) in got.iter().zip(EXPECTED) {
+        assert!((g - e).abs() <= 0.0005, "got {got:?}, expected {EXPECTED:?} within 0.0005");
+    }
+}
+
+/// Copy a model directory's tokenizer and configs, without its ONNX graph.
+pub fn copy_configs(from: &Path, to: &Path) {
+    for f in ["tokenizer.json", "config.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json"] {
+        let dest = to.join(f);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(from.join(f), dest).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn null_gives_null_and_empty_gives_a_vector() {
+    let s = session();
+    let b = sql(&s, "SELECT embed(column1) AS v FROM (VALUES ('a sentence'), (NULL), (''))").await.unwrap();
+    let v = vectors(&b, "v");
+    assert!(v[0].is_some());
+    assert!(v[1].is_none(), "NULL text must give a NULL vector");
+    let empty = v[2].as_ref().expect("an empty string gives a vector");
+    assert!((norm(empty) - 1.0).abs() < 1e-5);
+    let stats = s.metrics().embed_stats();
+    assert_eq!((stats.docs, stats.nulls), (2, 1));
+}
+
+#[tokio::test]
+async fn every_string_type_gives_the_same_vector() {
+    let s = session();
+    let b = sql(
+        &s,
+        "SELECT embed(t) AS a, embed(CAST(t AS VARCHAR)) AS b, embed(arrow_cast(t, 'LargeUtf8')) AS c, \
+                embed(arrow_cast(t, 'Utf8View')) AS d, arrow_typeof(arrow_cast(t, 'Utf8View')) AS ty \
+         FROM (VALUES ('Lance stores vectors.')) AS x(t)",
+    )
+    .await
+    .unwrap();
+    let a = vectors(&b, "a")[0].clone().unwrap();
+    for col in ["b", "c", "d"] {
+        assert_eq!(vectors(&b, col)[0].as_ref().unwrap(), &a, "column {col}");
+    }
+}
+
+#[tokio::test]
+async fn a_vector_does_not_depend_on_its_batch_neighbours() {
+    let s = session();
+    let alone = vectors(&sql(&s, "SELECT embed('He drove to the stadium.') AS v").await.unwrap(), "v");
+    let long = "word ".repeat(300);
+    let batch = vectors(
+        &sql(&s, &format!("SELECT embed(t) AS v FROM (VALUES ('He drove to the stadium.'), ('{long}')) AS x(t)")).await.unwrap(),
+        "v",
+    );
+    let (a, b) = (alone[0].as_ref().unwrap(), batch[0].as_ref().unwrap());
+    assert!(cosine(a, b) > 0.99999, "cosine {}", cosine(a, b));
+}
+
+#[tokio::test]
+async fn long_texts_are_truncated_and_counted() {
+    let s = session();
+    sql(&s, "SET embed.max_tokens = 16").await.unwrap();
+    // 40 words of one token each, plus [CLS] and [SEP]: 42 tokens, cut to 16.
+    let text = "cat ".repeat(40);
+    sql(&s, &format!("SELECT embed(t) AS v FROM (VALUES ('{text}'), ('short')) AS x(t)")).await.unwrap();
+    let stats = s.metrics().embed_stats();
+    assert_eq!(stats.truncated_docs, 1);
+    assert_eq!(stats.dropped_tokens, 42 - 16);
+    assert_eq!(stats.useful_tokens, 16 + 3);
+    assert_eq!(stats.processed_tokens, 32, "both rows in one call, padded to 16");
+}
