@@ -31,6 +31,11 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
+    /// A text is longer than `embed.max_tokens` under `embed.truncation = 'error'`. `row` is its
+    /// position in the call; the caller names the row.
+    #[error("text at row {row} has {tokens} tokens, more than embed.max_tokens = {max_tokens} (embed.truncation = 'error')")]
+    TooLong { row: usize, tokens: usize, max_tokens: usize },
+
     /// An `embed.*` option has a value we cannot use.
     #[error("option embed.{key} = '{value}': {message}")]
     Option { key: &'static str, value: String, message: String },

@@ -1,6 +1,7 @@
 //! embedding-pipeline: embedding campaigns over text corpora with SQL, into versioned Lance datasets.
 //!
 //! The crate is laid out by the outside library each part talks to:
+//! - [`campaign`]: the fingerprint that makes vectors comparable, and per-run records.
 //! - [`model`]: ONNX Runtime (through `ort`) and `tokenizers`; no DataFusion.
 //! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
 //! - [`lance`]: Lance tables (`STORED AS LANCE`) and the streaming Lance sink behind `COPY … STORED AS LANCE`.
@@ -8,6 +9,7 @@
 //! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
 //! - [`cli`]: the `pipeline` command.
 
+pub mod campaign;
 pub mod cli;
 pub mod error;
 pub mod lance;

@@ -4,7 +4,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::model::EmbedStats;
+use crate::campaign::RunRecord;
+use crate::model::{DeviceInfo, EmbedStats};
 
 /// One finished write into a Lance dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,12 +18,15 @@ pub struct WriteReport {
     pub version: u64,
     /// Time from the first batch asked for to the commit.
     pub elapsed: Duration,
+    /// What the write did, as committed with the version.
+    pub record: RunRecord,
 }
 
 /// Counters shared by the `embed` function and the Lance sinks of one session.
 #[derive(Debug, Default)]
 pub struct RunMetrics {
     embed: Mutex<EmbedStats>,
+    device: Mutex<Option<DeviceInfo>>,
     writes: Mutex<Vec<WriteReport>>,
 }
 
@@ -30,6 +34,19 @@ impl RunMetrics {
     /// Add one embedding call's counters.
     pub fn record_embed(&self, stats: &EmbedStats) {
         self.embed.lock().unwrap_or_else(|e| e.into_inner()).add(stats);
+    }
+
+    /// Note where the vectors are being computed.
+    pub fn record_device(&self, device: &DeviceInfo) {
+        let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        if d.as_ref() != Some(device) {
+            *d = Some(device.clone());
+        }
+    }
+
+    /// Where the last vectors were computed, once any were.
+    pub fn device(&self) -> Option<DeviceInfo> {
+        self.device.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Record a committed write.

@@ -14,8 +14,13 @@ extensions_options! {
         pub model: String, default = "models/all-MiniLM-L6-v2".to_string()
         /// Most tokens per text, special tokens included. 0 uses the model's `max_seq_length`.
         pub max_tokens: usize, default = 0
-        /// Which end of an over-long text is cut: 'right' (keep the start) or 'left' (keep the end).
+        /// What happens to an over-long text: 'right' cuts its end, 'left' its start, 'error' fails the
+        /// query and names the row.
         pub truncation: String, default = "right".to_string()
+        /// Text put before every input, for models trained with one (e5: 'passage: ').
+        pub prefix: String, default = String::new()
+        /// Tag the version a write ends on with this name (empty: no tag).
+        pub tag: String, default = String::new()
         /// Pooling override: 'mean', 'cls' or 'max'. Empty uses the model's 1_Pooling/config.json.
         pub pooling: String, default = String::new()
         /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.
@@ -42,6 +47,7 @@ pub struct CallSettings {
     pub normalize: bool,
     pub batch_tokens: usize,
     pub max_batch_rows: usize,
+    pub prefix: String,
 }
 
 impl EmbedOptions {
@@ -58,11 +64,8 @@ impl EmbedOptions {
             n if n < 2 => return Err(bad("max_tokens", n, "must be at least 2 (room for the special tokens)")),
             n => n,
         };
-        let truncation = match self.truncation.to_ascii_lowercase().as_str() {
-            "right" | "" => TruncationSide::Right,
-            "left" => TruncationSide::Left,
-            _ => return Err(bad("truncation", &self.truncation, "use 'right' or 'left'")),
-        };
+        let truncation = TruncationSide::parse(&self.truncation)
+            .ok_or_else(|| bad("truncation", &self.truncation, "use 'right', 'left' or 'error'"))?;
         let pooling = match self.pooling.as_str() {
             "" => model_pooling,
             p => Pooling::parse(p).ok_or_else(|| bad("pooling", p, "use 'mean', 'cls' or 'max'"))?,
@@ -86,6 +89,7 @@ impl EmbedOptions {
             normalize,
             batch_tokens: self.batch_tokens,
             max_batch_rows: self.max_batch_rows,
+            prefix: self.prefix.clone(),
         })
     }
 

@@ -1,6 +1,9 @@
 //! The `pipeline` command line: argument parsing and the subcommands.
 
+pub mod compare;
 pub mod display;
+pub mod inspect;
+pub mod invariance;
 pub mod run;
 
 use std::path::PathBuf;
@@ -32,6 +35,58 @@ pub enum Command {
         /// The job file.
         file: PathBuf,
     },
+    /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
+    Inspect {
+        /// The Lance dataset.
+        dataset: String,
+        /// Print the stable JSON form (see the README).
+        #[arg(long)]
+        json: bool,
+        /// The id column.
+        #[arg(long, default_value = "id")]
+        id_column: String,
+    },
+    /// Compare the vectors of two datasets, or two versions (`path@3`, `path@tag`), by id. Exits
+    /// non-zero when ids differ or the smallest cosine is below --min-cosine.
+    Compare {
+        /// The first dataset.
+        a: String,
+        /// The second dataset.
+        b: String,
+        /// Smallest acceptable cosine similarity between a pair of vectors.
+        #[arg(long, default_value_t = 0.9999)]
+        min_cosine: f64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// The id column.
+        #[arg(long, default_value = "id")]
+        id_column: String,
+        /// The vector column.
+        #[arg(long, default_value = "embedding")]
+        column: String,
+    },
+    /// Embed a sample of a job's corpus one text at a time and again in batches, and report the largest
+    /// difference. Exits non-zero above --max-diff.
+    CheckInvariance {
+        /// The job file: its SET and CREATE statements are run, then the sample is drawn.
+        file: PathBuf,
+        /// Texts in the sample.
+        #[arg(long, default_value_t = 64)]
+        sample: usize,
+        /// The source table (default: the job's first non-Lance external table).
+        #[arg(long)]
+        table: Option<String>,
+        /// The text column.
+        #[arg(long, default_value = "text")]
+        column: String,
+        /// Largest acceptable absolute difference of any vector element.
+        #[arg(long, default_value_t = 1e-5)]
+        max_diff: f64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Run the parsed command line.
@@ -41,5 +96,12 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Run { file } => run::run_file(&file, cli.quiet).await,
+        Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
+        Command::Compare { a, b, min_cosine, json, id_column, column } => {
+            compare::compare(&a, &b, &id_column, &column, min_cosine, json).await
+        }
+        Command::CheckInvariance { file, sample, table, column, max_diff, json } => {
+            invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
+        }
     }
 }

@@ -61,6 +61,13 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
         if !quiet {
             for w in session.metrics().writes().iter().skip(writes_before) {
                 println!("wrote {} rows to {} (version {}) in {:.1} s", w.rows, w.uri, w.version, w.elapsed.as_secs_f64());
+                if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
+                    println!(
+                        "note: the previous version's vectors came from {} on {} (ONNX Runtime {}); these from {} on {} (ONNX Runtime {}). \
+                         The fingerprint matches; `pipeline compare` checks how close they are.",
+                        before.provider, before.device, before.onnxruntime_version, now.provider, now.device, now.onnxruntime_version
+                    );
+                }
             }
         }
         return Ok(());

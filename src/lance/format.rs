@@ -19,6 +19,7 @@ use datafusion::physical_expr::LexRequirement;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::object_store::{ObjectMeta, ObjectStore};
 
+use super::sink::fingerprint_of_columns;
 use super::{dataset_uri, LanceSink};
 use crate::metrics::RunMetrics;
 
@@ -98,7 +99,9 @@ impl FileFormat for LanceFormat {
         if !conf.table_partition_cols.is_empty() {
             return not_impl_err!("COPY … STORED AS LANCE does not support PARTITIONED BY");
         }
-        let sink = LanceSink::new(dataset_uri(&conf.original_url), Arc::clone(&conf.output_schema), Arc::clone(&self.metrics));
+        // The output schema here is the logical one, which still carries embed()'s fingerprint.
+        let fingerprint = fingerprint_of_columns(&conf.output_schema)?;
+        let sink = LanceSink::new(dataset_uri(&conf.original_url), Arc::clone(&conf.output_schema), fingerprint, Arc::clone(&self.metrics));
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 

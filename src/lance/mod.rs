@@ -1,7 +1,9 @@
 //! Lance: reading datasets as SQL tables (`CREATE EXTERNAL TABLE … STORED AS LANCE`), and the
 //! streaming sink behind `COPY … STORED AS LANCE` and `INSERT INTO` a Lance table.
 
+pub mod compare;
 pub mod format;
+pub mod inspect;
 pub mod sink;
 pub mod table;
 
@@ -17,4 +19,22 @@ pub fn dataset_uri(location: &str) -> String {
     }
     let path = location.strip_prefix("file:").unwrap_or(location);
     std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
+}
+
+/// Open `location`, `location@version` or `location@tag` (the part after the last `@`, when it holds
+/// no `/`: a number is a version, anything else a tag).
+pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
+    use lance::dataset::builder::DatasetBuilder;
+    let (path, at) = match location.rsplit_once('@') {
+        Some((p, at)) if !at.is_empty() && !at.contains('/') => (p, Some(at)),
+        _ => (location, None),
+    };
+    let uri = dataset_uri(path);
+    let mut builder = DatasetBuilder::from_uri(&uri);
+    match at {
+        Some(v) if v.chars().all(|c| c.is_ascii_digit()) => builder = builder.with_version(v.parse().unwrap_or(0)),
+        Some(tag) => builder = builder.with_tag(tag),
+        None => {}
+    }
+    builder.load().await.map_err(|e| crate::Error::Lance { uri: location.to_string(), message: format!("cannot open: {e}") })
 }

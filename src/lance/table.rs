@@ -17,6 +17,9 @@ use lance::dataset::builder::DatasetBuilder;
 use lance::datafusion::LanceTableProvider;
 
 use super::{dataset_uri, LanceSink};
+use crate::campaign::Fingerprint;
+use crate::options::EmbedOptions;
+use datafusion::arrow::datatypes::DataType;
 use crate::error::Error;
 use crate::metrics::RunMetrics;
 
@@ -104,7 +107,7 @@ impl TableProvider for LanceTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -114,7 +117,18 @@ impl TableProvider for LanceTable {
         if let Some(pinned) = &self.pinned {
             return plan_err!("this Lance table is pinned to {pinned}; INSERT into a table created without 'version' or 'tag'");
         }
-        let sink = LanceSink::new(self.uri.clone(), self.schema(), Arc::clone(&self.metrics));
+        // NOTE: an INSERT's physical input has lost embed()'s field metadata (see sink.rs), so vector
+        // columns are taken to be made under the session's current embed.* settings.
+        let has_vectors = input.schema().fields().iter().any(|f| {
+            matches!(f.data_type(), DataType::FixedSizeList(child, _) if child.data_type() == &DataType::Float32)
+        });
+        let fingerprint = if has_vectors {
+            let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+            Some(Fingerprint::for_options(&options).map(|(_, fp)| fp)?)
+        } else {
+            None
+        };
+        let sink = LanceSink::new(self.uri.clone(), self.schema(), fingerprint, Arc::clone(&self.metrics));
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }

@@ -1,6 +1,7 @@
 //! The embedding path for one model: tokenise, order by length, run ONNX Runtime in token-budget
 //! batches, pool, normalise, and put every vector back at its input row.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,8 @@ use ort::value::Tensor;
 use crate::error::{Error, Result};
 use crate::model::batching::{plan_batches, Batch};
 use crate::model::pooling::normalize;
-use crate::model::tokenize::{TextTokenizer, Tokenized};
-use crate::model::{runtime, ModelSpec};
+use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
+use crate::model::{runtime, DeviceInfo, ModelSpec};
 use crate::options::CallSettings;
 
 /// Counters of one embedding call; they add up across calls.
@@ -39,6 +40,21 @@ pub struct EmbedStats {
 }
 
 impl EmbedStats {
+    /// What was done since `earlier`, a snapshot of the same counters.
+    pub fn since(&self, earlier: &EmbedStats) -> EmbedStats {
+        EmbedStats {
+            docs: self.docs - earlier.docs,
+            nulls: self.nulls - earlier.nulls,
+            useful_tokens: self.useful_tokens - earlier.useful_tokens,
+            processed_tokens: self.processed_tokens - earlier.processed_tokens,
+            truncated_docs: self.truncated_docs - earlier.truncated_docs,
+            dropped_tokens: self.dropped_tokens - earlier.dropped_tokens,
+            model_calls: self.model_calls - earlier.model_calls,
+            tokenize_time: self.tokenize_time.saturating_sub(earlier.tokenize_time),
+            model_time: self.model_time.saturating_sub(earlier.model_time),
+        }
+    }
+
     /// Add another call's counters to these.
     pub fn add(&mut self, o: &EmbedStats) {
         self.docs += o.docs;
@@ -68,6 +84,8 @@ pub struct Embedded {
 pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
     /// The model's description.
     fn spec(&self) -> &ModelSpec;
+    /// Where it runs.
+    fn device(&self) -> &DeviceInfo;
     /// Embed texts; `None` rows give no vector.
     fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded>;
 }
@@ -85,6 +103,7 @@ enum Output {
 #[derive(Debug)]
 pub struct Embedder {
     spec: ModelSpec,
+    device: DeviceInfo,
     tokenizer: TextTokenizer,
     session: Mutex<Session>,
     with_token_types: bool,
@@ -141,7 +160,8 @@ impl Embedder {
                 spec.dim
             )));
         }
-        Ok(Self { spec, tokenizer, session: Mutex::new(session), with_token_types, output })
+        let device = DeviceInfo::cpu(runtime::loaded_library().unwrap_or(Path::new("")), intra_threads.max(1));
+        Ok(Self { spec, device, tokenizer, session: Mutex::new(session), with_token_types, output })
     }
 
     fn run_batch(&self, tokens: &[Tokenized], batch: &Batch, settings: &CallSettings, out: &mut [Vec<f32>]) -> Result<()> {
@@ -199,6 +219,10 @@ impl TextEmbedder for Embedder {
         &self.spec
     }
 
+    fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
     fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded> {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
@@ -213,9 +237,20 @@ impl TextEmbedder for Embedder {
         stats.nulls = (texts.len() - present.len()) as u64;
 
         let started = Instant::now();
-        let strs: Vec<&str> = present.iter().map(|(_, t)| *t).collect();
+        let prefixed: Vec<String>;
+        let strs: Vec<&str> = if settings.prefix.is_empty() {
+            present.iter().map(|(_, t)| *t).collect()
+        } else {
+            prefixed = present.iter().map(|(_, t)| format!("{}{t}", settings.prefix)).collect();
+            prefixed.iter().map(String::as_str).collect()
+        };
         let tokens = self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?;
         stats.tokenize_time = started.elapsed();
+        if settings.truncation == TruncationSide::Error
+            && let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| t.dropped > 0)
+        {
+            return Err(Error::TooLong { row: present[i].0, tokens: t.ids.len(), max_tokens: settings.max_tokens });
+        }
         for t in &tokens {
             stats.useful_tokens += t.ids.len() as u64;
             if t.dropped > 0 {

@@ -8,6 +8,7 @@
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
+pub mod device;
 pub mod embedder;
 pub mod pooling;
 pub mod registry;
@@ -15,6 +16,7 @@ pub mod runtime;
 pub mod spec;
 pub mod tokenize;
 
+pub use device::DeviceInfo;
 pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder};
 pub use pooling::Pooling;
 pub use spec::ModelSpec;

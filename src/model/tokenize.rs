@@ -7,21 +7,34 @@ use tokenizers::{Encoding, Tokenizer, TruncationDirection};
 
 use crate::error::{Error, Result};
 
-/// Which end of an over-long text is cut off.
+/// What happens to a text longer than `max_tokens`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TruncationSide {
-    /// Keep the start of the text (sentence-transformers' behaviour).
+    /// Cut the end, keeping the start of the text (sentence-transformers' behaviour).
     Right,
-    /// Keep the end of the text.
+    /// Cut the start, keeping the end of the text.
     Left,
+    /// Cut nothing: the caller refuses the text.
+    Error,
 }
 
 impl TruncationSide {
+    /// Parse 'right', 'left' or 'error' (any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "right" => Some(Self::Right),
+            "left" => Some(Self::Left),
+            "error" => Some(Self::Error),
+            _ => None,
+        }
+    }
+
     /// The name used in options and records.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Right => "right",
             Self::Left => "left",
+            Self::Error => "error",
         }
     }
 }
@@ -33,7 +46,7 @@ pub struct Tokenized {
     pub ids: Vec<u32>,
     /// Segment ids, as long as `ids`.
     pub type_ids: Vec<u32>,
-    /// Tokens cut off by truncation (0 when the text fitted).
+    /// Tokens beyond `max_tokens`: cut off, or with [`TruncationSide::Error`] the excess that was kept.
     pub dropped: usize,
 }
 
@@ -72,11 +85,12 @@ impl TextTokenizer {
 
     fn finish(&self, mut enc: Encoding, budget: usize, side: TruncationSide) -> Result<Tokenized> {
         let dropped = enc.len().saturating_sub(budget);
-        if dropped > 0 {
-            let direction = match side {
-                TruncationSide::Right => TruncationDirection::Right,
-                TruncationSide::Left => TruncationDirection::Left,
-            };
+        let direction = match side {
+            TruncationSide::Right => Some(TruncationDirection::Right),
+            TruncationSide::Left => Some(TruncationDirection::Left),
+            TruncationSide::Error => None,
+        };
+        if let Some(direction) = direction.filter(|_| dropped > 0) {
             enc.truncate(budget, 0, direction);
             drop(enc.take_overflowing());
         }

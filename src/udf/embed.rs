@@ -1,9 +1,10 @@
-//! `embed(text)`: a text column in, a `FixedSizeList<Float32, dim>` vector column out.
+//! `embed(text [, id])`: a text column in, a `FixedSizeList<Float32, dim>` vector column out.
 //!
 //! It is an async DataFusion function, so each call's tokenising and inference run on tokio's
 //! blocking pool rather than on the query's workers. Its return type depends on `embed.model`,
 //! which DataFusion only shows a function through `with_updated_config`; see [`EmbedDimUdf`].
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
@@ -16,12 +17,13 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::{exec_datafusion_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 
+use crate::campaign::{Fingerprint, FINGERPRINT_KEY};
 use crate::metrics::RunMetrics;
 use crate::model::{registry, ModelSpec, TextEmbedder};
-use crate::options::EmbedOptions;
+use crate::options::{CallSettings, EmbedOptions};
 
 /// The vector type for a model of `dim` dimensions.
 pub fn vector_type(dim: usize) -> DataType {
@@ -33,45 +35,59 @@ pub fn embed_udfs(options: &EmbedOptions, metrics: Arc<RunMetrics>) -> [ScalarUD
     [EmbedUdf::for_options(options, Arc::clone(&metrics)), EmbedDimUdf::new(metrics).into()]
 }
 
-/// The `embed(text)` function, fixed to the model that `embed.model` named when it was planned.
+/// The `embed(text [, id])` function, fixed to the `embed.*` options in force when it was planned.
 #[derive(Debug)]
 pub struct EmbedUdf {
     signature: Signature,
-    model: String,
-    /// The model's dimension, or why its directory could not be read.
-    dim: std::result::Result<usize, String>,
+    options: EmbedOptions,
+    /// The settings and fingerprint these options resolve to, or why they do not.
+    resolved: std::result::Result<Resolved, String>,
     metrics: Arc<RunMetrics>,
+}
+
+#[derive(Debug, Clone)]
+struct Resolved {
+    settings: CallSettings,
+    fingerprint: Fingerprint,
 }
 
 impl PartialEq for EmbedUdf {
     fn eq(&self, other: &Self) -> bool {
-        self.model == other.model && self.dim == other.dim
+        self.key() == other.key()
     }
 }
 impl Eq for EmbedUdf {}
 impl Hash for EmbedUdf {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.model.hash(state);
-        self.dim.hash(state);
+        self.key().hash(state);
     }
 }
 
 impl EmbedUdf {
-    /// The `embed` function for the model these options name. Only the model's small JSON files are
-    /// read here; the ONNX session loads on the first call.
+    /// The `embed` function for these options. Only the model's small files are read here (and the
+    /// model hashed for the fingerprint, once per file); the ONNX session loads on the first call.
     pub fn for_options(options: &EmbedOptions, metrics: Arc<RunMetrics>) -> ScalarUDF {
-        let dim = ModelSpec::load(&options.model).map(|s| s.dim).map_err(|e| e.to_string());
+        let resolved = Self::resolve(options).map_err(|e| e.to_string());
         let udf = Self {
-            signature: Signature::any(1, Volatility::Stable),
-            model: options.model.clone(),
-            dim,
+            signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),
+            options: options.clone(),
+            resolved,
             metrics,
         };
         AsyncScalarUDF::new(Arc::new(udf)).into_scalar_udf()
     }
 
-    fn dim(&self) -> Result<usize> {
-        self.dim.clone().map_err(|e| exec_datafusion_err!("embed.model: {e}"))
+    fn resolve(options: &EmbedOptions) -> crate::Result<Resolved> {
+        let (settings, fingerprint) = Fingerprint::for_options(options)?;
+        Ok(Resolved { settings, fingerprint })
+    }
+
+    fn key(&self) -> String {
+        format!("{:?}{:?}", self.options, self.resolved.as_ref().map(|r| &r.fingerprint))
+    }
+
+    fn resolved(&self) -> Result<&Resolved> {
+        self.resolved.as_ref().map_err(|e| exec_datafusion_err!("embed: {e}"))
     }
 }
 
@@ -85,7 +101,7 @@ impl ScalarUDFImpl for EmbedUdf {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(vector_type(self.dim()?))
+        Ok(vector_type(self.resolved()?.fingerprint.dim))
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
@@ -100,7 +116,9 @@ impl ScalarUDFImpl for EmbedUdf {
                 );
             }
         }
-        Ok(Arc::new(Field::new(self.name(), vector_type(self.dim()?), true)))
+        let fingerprint = &self.resolved()?.fingerprint;
+        let metadata = HashMap::from([(FINGERPRINT_KEY.to_string(), fingerprint.to_json())]);
+        Ok(Arc::new(Field::new(self.name(), vector_type(fingerprint.dim), true).with_metadata(metadata)))
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -113,11 +131,12 @@ impl ScalarUDFImpl for EmbedUdf {
 #[async_trait]
 impl AsyncScalarUDFImpl for EmbedUdf {
     async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let options = args.config_options.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
-        let dim = self.dim()?;
+        let resolved = self.resolved()?.clone();
         let texts = args.args[0].to_array(args.number_rows)?;
+        let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
+        let options = self.options.clone();
         let metrics = Arc::clone(&self.metrics);
-        let vectors = tokio::task::spawn_blocking(move || embed_array(&texts, &options, dim, &metrics))
+        let vectors = tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))
             .await
             .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
         Ok(ColumnarValue::Array(vectors))
@@ -125,20 +144,31 @@ impl AsyncScalarUDFImpl for EmbedUdf {
 }
 
 /// Embed one string array with the shared model, off the async runtime.
-fn embed_array(texts: &ArrayRef, options: &EmbedOptions, dim: usize, metrics: &RunMetrics) -> Result<ArrayRef> {
+fn embed_array(
+    texts: &ArrayRef,
+    ids: Option<&ArrayRef>,
+    options: &EmbedOptions,
+    resolved: &Resolved,
+    metrics: &RunMetrics,
+) -> Result<ArrayRef> {
     let embedder = registry::get_or_load(Path::new(&options.model), options.resolved_intra_threads())?;
-    let spec = embedder.spec();
-    if spec.dim != dim {
-        return Err(exec_datafusion_err!(
-            "embed.model changed from a {dim}-dimensional model to {} ({} dimensions) after the query was planned",
-            options.model,
-            spec.dim
-        ));
-    }
-    let settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+    let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
-    let out = embedder.embed(&values, &settings)?;
+    let out = embedder.embed(&values, &resolved.settings).map_err(|e| match e {
+        crate::Error::TooLong { row, tokens, max_tokens } => {
+            let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
+                Some(id) => format!("id {id}"),
+                None => format!("the text starting {:?} (pass the id as embed(text, id) to have it named)", prefix_of(values[row])),
+            };
+            exec_datafusion_err!(
+                "{who} has {tokens} tokens, more than embed.max_tokens = {max_tokens}, and embed.truncation = 'error'; \
+                 shorten it, or SET embed.truncation = 'right'"
+            )
+        }
+        other => other.into(),
+    })?;
     metrics.record_embed(&out.stats);
+    metrics.record_device(embedder.device());
     let nulls = NullBuffer::from(out.valid);
     let field = Arc::new(Field::new_list_field(DataType::Float32, true));
     let array = FixedSizeListArray::try_new(
@@ -148,6 +178,10 @@ fn embed_array(texts: &ArrayRef, options: &EmbedOptions, dim: usize, metrics: &R
         (nulls.null_count() > 0).then_some(nulls),
     )?;
     Ok(Arc::new(array))
+}
+
+fn prefix_of(text: Option<&str>) -> String {
+    text.unwrap_or_default().chars().take(40).collect()
 }
 
 fn string_values(array: &ArrayRef) -> Result<Vec<Option<&str>>> {

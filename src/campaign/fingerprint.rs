@@ -1,0 +1,157 @@
+//! The campaign fingerprint: every setting that decides what a vector is. Vectors are comparable
+//! exactly when their fingerprints are equal.
+//!
+//! It is stored as JSON under the key [`FINGERPRINT_KEY`], in the `embed` output field's metadata while
+//! a query runs, and in the Lance dataset's schema metadata once written (pylance:
+//! `ds.schema.metadata[b"embedding_pipeline.fingerprint"]`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::model::ModelSpec;
+use crate::options::{CallSettings, EmbedOptions};
+
+/// Metadata key of the fingerprint, in field metadata and in Lance schema metadata.
+pub const FINGERPRINT_KEY: &str = "embedding_pipeline.fingerprint";
+
+/// What made a set of vectors. Field order is the JSON order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The model directory's name.
+    pub model: String,
+    /// sha256 of the ONNX graph file.
+    pub model_sha256: String,
+    /// sha256 of tokenizer.json.
+    pub tokenizer_sha256: String,
+    /// Most tokens per text, special tokens included.
+    pub max_tokens: usize,
+    /// 'right', 'left' or 'error'.
+    pub truncation: String,
+    /// 'mean', 'cls' or 'max'.
+    pub pooling: String,
+    /// Whether vectors are L2-normalised.
+    pub normalize: bool,
+    /// Text put before every input.
+    pub prefix: String,
+    /// Element type of the stored vectors.
+    pub dtype: String,
+    /// Vector length.
+    pub dim: usize,
+}
+
+impl Fingerprint {
+    /// The fingerprint of embedding with this model and these settings. Hashes the model files
+    /// (once per file version per process).
+    pub fn new(spec: &ModelSpec, settings: &CallSettings) -> Result<Self> {
+        Ok(Self {
+            model: spec.name(),
+            model_sha256: sha256_file(&spec.onnx_path)?,
+            tokenizer_sha256: sha256_file(&spec.tokenizer_path)?,
+            max_tokens: settings.max_tokens,
+            truncation: settings.truncation.as_str().to_string(),
+            pooling: settings.pooling.as_str().to_string(),
+            normalize: settings.normalize,
+            prefix: settings.prefix.clone(),
+            dtype: "float32".to_string(),
+            dim: spec.dim,
+        })
+    }
+
+    /// The settings and fingerprint that `embed.*` options give, resolved against their model.
+    pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
+        let spec = ModelSpec::load(&options.model)?;
+        let settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+        let fingerprint = Self::new(&spec, &settings)?;
+        Ok((settings, fingerprint))
+    }
+
+    /// The stored form.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a fingerprint always serialises")
+    }
+
+    /// Read the stored form.
+    pub fn from_json(s: &str) -> std::result::Result<Self, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+
+    /// Fields that differ, as (field, value in `self`, value in `other`), in field order.
+    pub fn differences(&self, other: &Fingerprint) -> Vec<(String, String, String)> {
+        let (a, b) = (serde_json::to_value(self).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
+        let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
+        a.iter()
+            .filter(|(k, v)| b.get(*k) != Some(v))
+            .map(|(k, v)| (k.clone(), v.to_string(), b.get(k).map(|x| x.to_string()).unwrap_or_default()))
+            .collect()
+    }
+}
+
+/// sha256 of a file, hex. Cached by path, size and modification time.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    type Key = (PathBuf, u64, Option<SystemTime>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, String>>> = OnceLock::new();
+    let io = |e: std::io::Error| Error::Model {
+        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        file: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        message: format!("cannot read: {e}"),
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(h) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(h.clone());
+    }
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(io)?;
+    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, hex.clone());
+    Ok(hex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Fingerprint {
+        Fingerprint {
+            model: "m".into(),
+            model_sha256: "aa".into(),
+            tokenizer_sha256: "bb".into(),
+            max_tokens: 256,
+            truncation: "right".into(),
+            pooling: "mean".into(),
+            normalize: true,
+            prefix: String::new(),
+            dtype: "float32".into(),
+            dim: 384,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_lists_differences_in_order() {
+        let a = sample();
+        assert_eq!(Fingerprint::from_json(&a.to_json()).unwrap(), a);
+        let b = Fingerprint { normalize: false, max_tokens: 128, ..sample() };
+        let d = a.differences(&b);
+        assert_eq!(
+            d,
+            vec![("max_tokens".into(), "256".into(), "128".into()), ("normalize".into(), "true".into(), "false".into())]
+        );
+        assert!(a.differences(&a).is_empty());
+    }
+
+    #[test]
+    fn hashes_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        std::fs::write(&p, "abc").unwrap();
+        assert_eq!(sha256_file(&p).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+}

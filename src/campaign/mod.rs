@@ -1,0 +1,12 @@
+//! What makes a campaign's vectors comparable, and what each run did.
+//!
+//! - [`fingerprint`]: the settings that decide a vector (model and tokenizer hashes, truncation,
+//!   pooling, normalisation, prefix, dtype, dimension). Kept with the dataset; an append under another
+//!   fingerprint is refused.
+//! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
+
+pub mod fingerprint;
+pub mod record;
+
+pub use fingerprint::{Fingerprint, FINGERPRINT_KEY};
+pub use record::{RunRecord, RUN_RECORD_KEY};

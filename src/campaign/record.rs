@@ -1,0 +1,75 @@
+//! The run record: what one write did, kept with the Lance version it committed, as the transaction
+//! property [`RUN_RECORD_KEY`] (pylance: `ds.read_transaction(v).transaction_properties`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{DeviceInfo, EmbedStats};
+
+/// Transaction-property key of the run record.
+pub const RUN_RECORD_KEY: &str = "embedding_pipeline.run";
+
+/// Counters, timings and device of one write. Field order is the JSON order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Rows this write committed.
+    pub rows_written: u64,
+    /// Texts embedded.
+    pub documents: u64,
+    /// NULL texts, which were given NULL vectors.
+    pub null_texts: u64,
+    /// Real tokens fed to the model (attention-mask sum).
+    pub useful_tokens: u64,
+    /// Tokens the model processed, padding included (rows x padded length, summed over calls).
+    pub processed_tokens: u64,
+    /// useful_tokens / processed_tokens.
+    pub padding_efficiency: f64,
+    /// Texts cut at max_tokens.
+    pub truncated_documents: u64,
+    /// Tokens those cuts removed.
+    pub dropped_tokens: u64,
+    /// Model calls.
+    pub model_calls: u64,
+    /// Wall time of the write, seconds.
+    pub wall_seconds: f64,
+    /// Time tokenising, seconds (summed over calls, which may overlap).
+    pub tokenize_seconds: f64,
+    /// Time in the model, pooling included, seconds.
+    pub model_seconds: f64,
+    /// Time in the Lance writer and commit, seconds.
+    pub write_seconds: f64,
+    /// useful_tokens / wall_seconds.
+    pub useful_tokens_per_second: f64,
+    /// Where the vectors were computed: provider, device, ONNX Runtime version.
+    pub device: Option<DeviceInfo>,
+    /// Set when the dataset's previous run computed its vectors elsewhere (another device, provider or
+    /// ONNX Runtime version): allowed, since the fingerprint matched, and recorded here.
+    pub previous_device: Option<DeviceInfo>,
+    /// This tool's version.
+    pub tool_version: String,
+}
+
+impl RunRecord {
+    /// A record from a write's embedding counters and its times.
+    pub fn new(stats: &EmbedStats, rows_written: u64, wall_seconds: f64, write_seconds: f64, device: Option<DeviceInfo>) -> Self {
+        let ratio = |a: u64, b: f64| if b > 0.0 { a as f64 / b } else { 0.0 };
+        Self {
+            rows_written,
+            documents: stats.docs,
+            null_texts: stats.nulls,
+            useful_tokens: stats.useful_tokens,
+            processed_tokens: stats.processed_tokens,
+            padding_efficiency: ratio(stats.useful_tokens, stats.processed_tokens as f64),
+            truncated_documents: stats.truncated_docs,
+            dropped_tokens: stats.dropped_tokens,
+            model_calls: stats.model_calls,
+            wall_seconds,
+            tokenize_seconds: stats.tokenize_time.as_secs_f64(),
+            model_seconds: stats.model_time.as_secs_f64(),
+            write_seconds,
+            useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
+            device,
+            previous_device: None,
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! What a dataset holds and how it was made: its fingerprint, every version with its run record and
+//! timestamp, its tags, its row count, and whether its ids are unique. The JSON form of
+//! [`DatasetReport`] is a stable interface for scripts (documented in the README).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::prelude::SessionContext;
+use lance::datafusion::LanceTableProvider;
+use lance::Dataset;
+use serde::Serialize;
+
+use super::sink::fingerprint_of_dataset;
+use crate::campaign::{Fingerprint, RunRecord, RUN_RECORD_KEY};
+use crate::error::{Error, Result};
+
+/// Everything `pipeline inspect` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetReport {
+    /// The dataset's location.
+    pub uri: String,
+    /// The latest version.
+    pub version: u64,
+    /// Rows at the latest version.
+    pub rows: u64,
+    /// The campaign fingerprint, or null for a dataset not written by `embed()`.
+    pub fingerprint: Option<Fingerprint>,
+    /// The id column's state at the latest version, or null when there is no such column.
+    pub ids: Option<IdReport>,
+    /// Tag name to version.
+    pub tags: BTreeMap<String, u64>,
+    /// Every version, oldest first.
+    pub versions: Vec<VersionReport>,
+}
+
+/// Whether the ids are unique.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdReport {
+    pub column: String,
+    pub unique: bool,
+    pub distinct: u64,
+    pub nulls: u64,
+}
+
+/// One version of the dataset.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionReport {
+    pub version: u64,
+    /// Commit time, RFC 3339, UTC.
+    pub timestamp: String,
+    /// Tags on this version.
+    pub tags: Vec<String>,
+    /// The run record committed with this version, or null for versions not written by this tool.
+    pub run: Option<RunRecord>,
+}
+
+fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
+    move |e| Error::Lance { uri: uri.to_string(), message: e.to_string() }
+}
+
+/// Inspect the dataset at `uri`; `id_column` names the ids to check.
+pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
+    let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
+    let fingerprint = fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: uri.into(), message: e.to_string() })?;
+    let tags: BTreeMap<String, u64> =
+        ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
+    let mut versions = Vec::new();
+    for v in ds.versions().await.map_err(lance_err(uri))? {
+        let transaction = ds.read_version_transaction(v.version).await.map_err(lance_err(uri))?.transaction;
+        let run = transaction
+            .and_then(|t| t.transaction_properties)
+            .and_then(|p| p.get(RUN_RECORD_KEY).cloned())
+            .and_then(|json| serde_json::from_str(&json).ok());
+        versions.push(VersionReport {
+            version: v.version,
+            timestamp: v.timestamp.to_rfc3339(),
+            tags: tags.iter().filter(|(_, tv)| **tv == v.version).map(|(n, _)| n.clone()).collect(),
+            run,
+        });
+    }
+    let rows = ds.count_rows(None).await.map_err(lance_err(uri))? as u64;
+    let ids = if ds.schema().field(id_column).is_some() { Some(check_ids(Arc::new(ds.clone()), id_column).await?) } else { None };
+    Ok(DatasetReport { uri: uri.to_string(), version: ds.version().version, rows, fingerprint, ids, tags, versions })
+}
+
+/// Count distinct and NULL ids with DataFusion, which spills rather than holding every id.
+async fn check_ids(ds: Arc<Dataset>, column: &str) -> Result<IdReport> {
+    let uri = ds.uri().to_string();
+    let df_err = |e: datafusion::error::DataFusionError| Error::Lance { uri: uri.clone(), message: e.to_string() };
+    let ctx = SessionContext::new();
+    ctx.register_table("t", Arc::new(LanceTableProvider::new(ds, false, false))).map_err(df_err)?;
+    let quoted = format!("\"{}\"", column.replace('"', "\"\""));
+    let sql = format!("SELECT count(*), count({quoted}), count(DISTINCT {quoted}) FROM t");
+    let batches = ctx.sql(&sql).await.map_err(df_err)?.collect().await.map_err(df_err)?;
+    let get = |i: usize| {
+        use datafusion::arrow::array::AsArray;
+        batches[0].column(i).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0) as u64
+    };
+    let (rows, non_null, distinct) = (get(0), get(1), get(2));
+    Ok(IdReport { column: column.to_string(), unique: non_null == rows && distinct == rows, distinct, nulls: rows - non_null })
+}
+
+impl DatasetReport {
+    /// The human-readable form.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("dataset {}\n  version {}, {} rows\n", self.uri, self.version, self.rows);
+        match &self.ids {
+            Some(ids) if ids.unique => out += &format!("  ids ({}): unique\n", ids.column),
+            Some(ids) => {
+                out += &format!("  ids ({}): NOT unique: {} distinct, {} NULL, of {} rows\n", ids.column, ids.distinct, ids.nulls, self.rows)
+            }
+            None => out += "  ids: no id column\n",
+        }
+        match &self.fingerprint {
+            Some(fp) => {
+                out += "fingerprint\n";
+                if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(fp) {
+                    for (k, v) in map {
+                        out += &format!("  {k}: {v}\n");
+                    }
+                }
+            }
+            None => out += "fingerprint: none (not written by embed())\n",
+        }
+        if !self.tags.is_empty() {
+            out += "tags\n";
+            for (name, v) in &self.tags {
+                out += &format!("  {name}: version {v}\n");
+            }
+        }
+        out += "versions\n";
+        for v in &self.versions {
+            let tags = if v.tags.is_empty() { String::new() } else { format!(" [{}]", v.tags.join(", ")) };
+            out += &format!("  {} {}{tags}", v.version, v.timestamp);
+            match &v.run {
+                Some(r) => {
+                    out += &format!(
+                        ": {} rows, {} documents, {} NULL, {} useful / {} processed tokens (efficiency {:.3}), {} truncated ({} tokens dropped), {:.1} s, {:.0} useful tokens/s",
+                        r.rows_written,
+                        r.documents,
+                        r.null_texts,
+                        r.useful_tokens,
+                        r.processed_tokens,
+                        r.padding_efficiency,
+                        r.truncated_documents,
+                        r.dropped_tokens,
+                        r.wall_seconds,
+                        r.useful_tokens_per_second
+                    );
+                    if let Some(d) = &r.device {
+                        out += &format!(", {} on {}, ONNX Runtime {}", d.provider, d.device, d.onnxruntime_version);
+                    }
+                    out += "\n";
+                }
+                None => out += ": no run record\n",
+            }
+        }
+        out
+    }
+}
