@@ -40,6 +40,13 @@ pub enum Error {
     #[error("option embed.{key} = '{value}': {message}")]
     Option { key: &'static str, value: String, message: String },
 
+    /// A write stopped on request (ctrl-C, SIGTERM) after committing the rows it had finished.
+    #[error(
+        "interrupted: {rows} rows committed to {uri}{}; run the same job again to resume where it stopped",
+        version.map(|v| format!(" (now at version {v})")).unwrap_or_default()
+    )]
+    Interrupted { uri: String, rows: u64, version: Option<u64> },
+
     /// A Lance dataset could not be opened, read or written.
     #[error("Lance dataset {uri}: {message}")]
     Lance { uri: String, message: String },

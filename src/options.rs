@@ -21,6 +21,15 @@ extensions_options! {
         pub prefix: String, default = String::new()
         /// Tag the version a write ends on with this name (empty: no tag).
         pub tag: String, default = String::new()
+        /// The id column: present, non-NULL and unique in a campaign's input; the key that resume uses.
+        pub id_column: String, default = "id".to_string()
+        /// A Lance write commits a new version every this many rows...
+        pub commit_rows: usize, default = 50_000
+        /// ...or every this many seconds, whichever comes first.
+        pub commit_seconds: u64, default = 120
+        /// Start the output over: embed every row and make the first commit replace the dataset's rows
+        /// (a new version; the older versions stay readable). Set by `pipeline run --restart`.
+        pub restart: bool, default = false
         /// Pooling override: 'mean', 'cls' or 'max'. Empty uses the model's 1_Pooling/config.json.
         pub pooling: String, default = String::new()
         /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.

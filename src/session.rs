@@ -7,6 +7,7 @@ use datafusion::error::Result;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
@@ -36,6 +37,7 @@ impl EmbedSession {
             .build();
         state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
         let ctx = SessionContext::new_with_state(state);
+        ctx.add_analyzer_rule(Arc::new(ResumeRule));
         for udf in embed_udfs(&options, Arc::clone(&metrics)) {
             ctx.register_udf(udf);
         }

@@ -6,6 +6,8 @@
 //! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
 
 pub mod fingerprint;
+pub mod ids;
+pub mod interrupt;
 pub mod record;
 
 pub use fingerprint::{Fingerprint, FINGERPRINT_KEY};

@@ -44,6 +44,8 @@ pub struct RunRecord {
     /// Set when the dataset's previous run computed its vectors elsewhere (another device, provider or
     /// ONNX Runtime version): allowed, since the fingerprint matched, and recorded here.
     pub previous_device: Option<DeviceInfo>,
+    /// Whether this commit ended its write (false for the intermediate commits of a long write).
+    pub last_commit: bool,
     /// This tool's version.
     pub tool_version: String,
 }
@@ -69,6 +71,7 @@ impl RunRecord {
             useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
             device,
             previous_device: None,
+            last_commit: true,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }

@@ -34,6 +34,10 @@ pub enum Command {
     Run {
         /// The job file.
         file: PathBuf,
+        /// Start every Lance output over: embed all rows again and commit them as a new version that
+        /// replaces the rows (older versions stay readable), instead of resuming.
+        #[arg(long)]
+        restart: bool,
     },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
@@ -95,7 +99,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         crate::model::runtime::set_library_path(lib);
     }
     match cli.command {
-        Command::Run { file } => run::run_file(&file, cli.quiet).await,
+        Command::Run { file, restart } => {
+            stop_on_signals();
+            run::run_file(&file, restart, cli.quiet).await
+        }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Compare { a, b, min_cosine, json, id_column, column } => {
             compare::compare(&a, &b, &id_column, &column, min_cosine, json).await
@@ -104,4 +111,29 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
         }
     }
+}
+
+/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once.
+fn stop_on_signals() {
+    tokio::spawn(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        for n in 0.. {
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => if r.is_err() { return },
+                _ = async {
+                    match term.as_mut() {
+                        Some(t) => { t.recv().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+            }
+            if n == 0 {
+                eprintln!("stopping: committing the rows already embedded (press ctrl-C again to exit at once)");
+                crate::campaign::interrupt::request_stop();
+            } else {
+                eprintln!("exiting at once; rows since the last commit are lost and will be embedded on the next run");
+                std::process::exit(130);
+            }
+        }
+    });
 }

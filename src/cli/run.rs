@@ -10,6 +10,10 @@ use datafusion::logical_expr::LogicalPlan;
 use futures::StreamExt;
 
 use super::display::format_batches;
+use crate::campaign::ids::check_ids;
+use crate::campaign::interrupt;
+use crate::lance::resume::{count_done, dataset_exists, write_target, WriteTarget};
+use crate::options::EmbedOptions;
 use crate::script::{split_statements, Statement};
 use crate::session::EmbedSession;
 
@@ -17,15 +21,20 @@ use crate::session::EmbedSession;
 const MAX_SHOWN_ROWS: usize = 1000;
 
 /// Run a job file. The error names the statement and its line.
-pub async fn run_file(file: &Path, quiet: bool) -> anyhow::Result<()> {
+pub async fn run_file(file: &Path, restart: bool, quiet: bool) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
     let statements = split_statements(&text);
     if statements.is_empty() {
         return Err(anyhow!("job file {} holds no SQL statements", file.display()));
     }
-    let session = EmbedSession::new()?;
+    let mut options = EmbedOptions::default();
+    options.restart = restart;
+    let session = EmbedSession::with_options(options)?;
     let started = Instant::now();
     for stmt in &statements {
+        if interrupt::stop_requested() {
+            return Err(anyhow!("{}: stopped before statement {} (line {})", file.display(), stmt.index, stmt.line));
+        }
         run_statement(&session, stmt, quiet).await.map_err(|e| {
             anyhow!(
                 "{}: statement {} (line {}) failed: {e:#}\n  {}",
@@ -49,6 +58,9 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     let plan = ctx.state().create_logical_plan(&stmt.sql).await?;
     let is_write = matches!(plan, LogicalPlan::Copy(_) | LogicalPlan::Dml(_));
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
+    if let Some(target) = write_target(&plan) {
+        prepare_write(session, &target, quiet).await?;
+    }
     let df = ctx.execute_logical_plan(plan).await?;
     if is_ddl {
         return Ok(());
@@ -58,9 +70,17 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
         while let Some(batch) = stream.next().await {
             batch?;
         }
+        let writes = session.metrics().writes();
+        let commits = &writes[writes_before.min(writes.len())..];
+        if !quiet && let Some(last) = commits.last() {
+            let rows: u64 = commits.iter().map(|w| w.rows).sum();
+            let seconds: f64 = commits.iter().map(|w| w.elapsed.as_secs_f64()).sum();
+            println!("wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)", last.uri, commits.len(), last.version);
+        } else if !quiet {
+            println!("nothing new to write: every id is already in the output");
+        }
         if !quiet {
-            for w in session.metrics().writes().iter().skip(writes_before) {
-                println!("wrote {} rows to {} (version {}) in {:.1} s", w.rows, w.uri, w.version, w.elapsed.as_secs_f64());
+            for w in commits {
                 if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
                     println!(
                         "note: the previous version's vectors came from {} on {} (ONNX Runtime {}); these from {} on {} (ONNX Runtime {}). \
@@ -75,6 +95,9 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     let (mut shown, mut rows) = (Vec::new(), 0usize);
     let mut cut = false;
     while let Some(batch) = stream.next().await {
+        if interrupt::stop_requested() {
+            return Err(anyhow!("stopped"));
+        }
         let batch = batch?;
         let take = batch.num_rows().min(MAX_SHOWN_ROWS - rows);
         rows += take;
@@ -88,6 +111,25 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     writeln!(out, "{}", format_batches(&shown)?)?;
     if cut {
         writeln!(out, "(showing the first {MAX_SHOWN_ROWS} rows; add a LIMIT, or COPY the result to a file)")?;
+    }
+    Ok(())
+}
+
+/// Before a campaign writes into Lance: refuse bad ids before anything is embedded, and say how much of
+/// the input an existing output already holds (the write itself skips those rows).
+async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool) -> anyhow::Result<()> {
+    let state = session.context().state();
+    let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+    let column = &options.id_column;
+    let check = check_ids(&state, &target.input, column).await?;
+    if let Some(problem) = check.problem(column) {
+        return Err(anyhow!(problem));
+    }
+    if !options.restart && dataset_exists(&target.uri) {
+        let done = count_done(&state, target, column).await?;
+        if !quiet {
+            println!("resuming: {done} of {} already done in {}", check.rows, target.uri);
+        }
     }
     Ok(())
 }

@@ -1,16 +1,17 @@
-//! The Lance sink: streams record batches into a dataset and commits one new version at the end.
+//! The Lance sink: streams record batches into a dataset, committing a new version every
+//! `embed.commit_rows` rows or `embed.commit_seconds` seconds, whichever comes first.
 //!
-//! Before anything is written it checks that the output's campaign fingerprint matches the dataset's,
-//! and that a requested tag is free. Nothing is collected: batches go from the query to Lance's
-//! writer as they are made. Data files are written first and the manifest last (with the run record
-//! as transaction properties), so a write that fails halfway leaves the dataset at its old version;
-//! its orphaned data files are never referenced by any manifest.
+//! Before anything is written it takes the dataset's write lock, checks that the output's campaign
+//! fingerprint matches the dataset's, and that a requested tag is free. It holds at most one commit's
+//! rows. Each commit writes data files first and the manifest last (with the run record as
+//! transaction properties), so a reader sees whole commits only, and a write that fails or is killed
+//! leaves the dataset at its last commit; the data files of an unfinished commit are never referenced
+//! by any manifest. A stop request (ctrl-C) commits the rows held and ends the write with an error
+//! that says how to resume.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -18,13 +19,13 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::{exec_datafusion_err, Result};
 use datafusion::datasource::sink::DataSink;
-use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
-use futures::Stream;
+use futures::StreamExt;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 use lance::Dataset;
 
-use crate::campaign::{Fingerprint, RunRecord, FINGERPRINT_KEY, RUN_RECORD_KEY};
+use crate::campaign::{interrupt, Fingerprint, RunRecord, FINGERPRINT_KEY, RUN_RECORD_KEY};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport};
 use crate::options::EmbedOptions;
@@ -123,9 +124,8 @@ impl DataSink for LanceSink {
     }
 
     async fn write_all(&self, data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> Result<u64> {
-        let started = Instant::now();
         let options = context.session_config().options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
-        let fingerprint = self.fingerprint.clone();
+        let _lock = WriteLock::acquire(&self.uri)?;
         let existing = match Dataset::open(&self.uri).await {
             Ok(ds) => Some(ds),
             Err(lance::Error::DatasetNotFound { .. }) => None,
@@ -134,7 +134,9 @@ impl DataSink for LanceSink {
         let mut previous_device = None;
         if let Some(ds) = &existing {
             previous_device = latest_device(ds).await;
-            check_fingerprint(&self.uri, fingerprint_of_dataset(ds)?.as_ref(), fingerprint.as_ref())?;
+            if !options.restart {
+                check_fingerprint(&self.uri, fingerprint_of_dataset(ds)?.as_ref(), self.fingerprint.as_ref())?;
+            }
             if !options.tag.is_empty()
                 && let Ok(v) = ds.tags().get_version(&options.tag).await
             {
@@ -147,101 +149,159 @@ impl DataSink for LanceSink {
         }
 
         let mut schema = data.schema().as_ref().clone();
-        if let Some(fp) = &fingerprint {
+        if let Some(fp) = &self.fingerprint {
             schema.metadata.insert(FINGERPRINT_KEY.to_string(), fp.to_json());
         }
-        let schema = Arc::new(schema);
-        let progress = Arc::new(Mutex::new(Progress::default()));
-        let stream: SendableRecordBatchStream =
-            Box::pin(CountingStream { inner: data, schema: Arc::clone(&schema), progress: Arc::clone(&progress), ready_at: None });
-        let embed_before = self.metrics.embed_stats();
-
-        // Append on a location with no dataset creates it.
-        let params = WriteParams { mode: WriteMode::Append, ..Default::default() };
-        let transaction = InsertBuilder::new(self.uri.as_str())
-            .with_params(&params)
-            .execute_uncommitted_stream(stream)
-            .await
-            .map_err(|e| self.lance_err(e))?;
-
-        let commit_started = Instant::now();
-        let (rows, consumer_time) = {
-            let p = progress.lock().unwrap_or_else(|e| e.into_inner());
-            (p.rows, p.consumer_time)
+        let mut writer = Committer {
+            sink: self,
+            schema: Arc::new(schema),
+            // --restart: the first commit replaces the rows (older versions stay readable).
+            mode: if options.restart { WriteMode::Overwrite } else { WriteMode::Append },
+            previous_device,
+            embed_before: self.metrics.embed_stats(),
+            since: Instant::now(),
+            rows: 0,
+            version: existing.as_ref().map(|d| d.version().version),
         };
-        let stats = self.metrics.embed_stats().since(&embed_before);
-        let device = if stats.docs + stats.nulls > 0 { self.metrics.device() } else { None };
-        let mut record = RunRecord::new(&stats, rows, 0.0, 0.0, device);
-        record.previous_device = previous_device.filter(|p| record.device.as_ref().is_some_and(|d| d != p));
-        let properties = |r: &RunRecord| HashMap::from([(RUN_RECORD_KEY.to_string(), serde_json::to_string(r).unwrap_or_default())]);
-        // The wall and write times include the commit, which has not happened yet; estimate them with
-        // the time so far (the commit itself is a single small manifest write).
-        record.wall_seconds = started.elapsed().as_secs_f64();
-        record.write_seconds = consumer_time.as_secs_f64();
-        record.useful_tokens_per_second = stats.useful_tokens as f64 / record.wall_seconds.max(1e-9);
+        let commit_rows = options.commit_rows.max(1);
+        let commit_every = Duration::from_secs(options.commit_seconds.max(1));
+        let (mut buffer, mut buffered) = (Vec::new(), 0usize);
+        let mut data = data;
+        loop {
+            // Wake at least every 200 ms to honour a stop request and the commit clock.
+            let next = tokio::time::timeout(Duration::from_millis(200), data.next()).await;
+            let finished = match next {
+                Ok(Some(batch)) => {
+                    let mut batch = batch?;
+                    while buffered + batch.num_rows() >= commit_rows {
+                        let take = commit_rows - buffered;
+                        buffer.push(batch.slice(0, take));
+                        batch = batch.slice(take, batch.num_rows() - take);
+                        writer.commit(std::mem::take(&mut buffer), false).await?;
+                        buffered = 0;
+                    }
+                    buffered += batch.num_rows();
+                    if batch.num_rows() > 0 {
+                        buffer.push(batch);
+                    }
+                    false
+                }
+                Ok(None) => true,
+                Err(_elapsed) => false,
+            };
+            if finished {
+                writer.commit(std::mem::take(&mut buffer), true).await?;
+                if !options.tag.is_empty() {
+                    if let Some(v) = writer.version {
+                        let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
+                        ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
+                    }
+                }
+                return Ok(writer.rows);
+            }
+            if interrupt::stop_requested() {
+                writer.commit(std::mem::take(&mut buffer), true).await?;
+                return Err(Error::Interrupted { uri: self.uri.clone(), rows: writer.rows, version: writer.version }.into());
+            }
+            if buffered > 0 && writer.since.elapsed() >= commit_every {
+                writer.commit(std::mem::take(&mut buffer), false).await?;
+                buffered = 0;
+            }
+        }
+    }
+}
+
+/// Commits finished rows as new versions, each with the run record of what happened since the last.
+struct Committer<'a> {
+    sink: &'a LanceSink,
+    schema: SchemaRef,
+    mode: WriteMode,
+    previous_device: Option<crate::model::DeviceInfo>,
+    embed_before: crate::model::EmbedStats,
+    since: Instant,
+    /// Rows committed so far by this write.
+    rows: u64,
+    /// The dataset's version after the last commit.
+    version: Option<u64>,
+}
+
+impl Committer<'_> {
+    async fn commit(&mut self, batches: Vec<RecordBatch>, last: bool) -> Result<()> {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if rows == 0 {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let batches = batches.into_iter().map(|b| b.with_schema(Arc::clone(&self.schema))).collect::<std::result::Result<Vec<_>, _>>()?;
+        let params = WriteParams { mode: self.mode, ..Default::default() };
+        let mut transaction = InsertBuilder::new(self.sink.uri.as_str())
+            .with_params(&params)
+            .execute_uncommitted(batches)
+            .await
+            .map_err(|e| self.sink.lance_err(e))?;
+        let now = self.sink.metrics.embed_stats();
+        let stats = now.since(&self.embed_before);
+        let device = if stats.docs + stats.nulls > 0 { self.sink.metrics.device() } else { None };
+        let mut record = RunRecord::new(&stats, rows as u64, self.since.elapsed().as_secs_f64(), 0.0, device);
+        record.previous_device = self.previous_device.take().filter(|p| record.device.as_ref().is_some_and(|d| d != p));
+        record.write_seconds = started.elapsed().as_secs_f64();
+        record.last_commit = last;
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
-        let mut transaction = transaction;
-        transaction.transaction_properties = Some(Arc::new(properties(&record)));
-        let dataset = CommitBuilder::new(self.uri.as_str())
-            .execute(transaction)
-            .await
-            .map_err(|e| self.lance_err(e))?;
+        let json = serde_json::to_string(&record).unwrap_or_default();
+        transaction.transaction_properties = Some(Arc::new(HashMap::from([(RUN_RECORD_KEY.to_string(), json)])));
+        let dataset = CommitBuilder::new(self.sink.uri.as_str()).execute(transaction).await.map_err(|e| self.sink.lance_err(e))?;
         let version = dataset.version().version;
-        if !options.tag.is_empty() {
-            dataset.tags().create(&options.tag, version).await.map_err(|e| self.lance_err(e))?;
-        }
-        record.write_seconds += commit_started.elapsed().as_secs_f64();
-        record.wall_seconds = started.elapsed().as_secs_f64();
-        self.metrics.record_write(WriteReport {
-            uri: self.uri.clone(),
-            rows,
+        record.write_seconds = started.elapsed().as_secs_f64();
+        self.sink.metrics.record_write(WriteReport {
+            uri: self.sink.uri.clone(),
+            rows: rows as u64,
             version,
-            elapsed: started.elapsed(),
+            elapsed: self.since.elapsed(),
             record,
         });
-        Ok(rows)
+        self.mode = WriteMode::Append;
+        self.embed_before = now;
+        self.since = Instant::now();
+        self.rows += rows as u64;
+        self.version = Some(version);
+        Ok(())
     }
 }
 
-#[derive(Debug, Default)]
-struct Progress {
-    rows: u64,
-    /// Time the consumer (Lance's writer) spent between receiving a batch and asking for the next.
-    consumer_time: Duration,
+/// One writer per dataset at a time: an exclusive advisory lock on a file beside the dataset, held for
+/// the whole write and released when the process ends, however it ends.
+struct WriteLock {
+    _file: std::fs::File,
 }
 
-/// Passes batches through with the output schema (fingerprint in its metadata), counting rows and the
-/// time the writer spends on each batch.
-struct CountingStream {
-    inner: SendableRecordBatchStream,
-    schema: SchemaRef,
-    progress: Arc<Mutex<Progress>>,
-    ready_at: Option<Instant>,
-}
-
-impl Stream for CountingStream {
-    type Item = Result<RecordBatch>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(at) = self.ready_at.take() {
-            self.progress.lock().unwrap_or_else(|e| e.into_inner()).consumer_time += at.elapsed();
+impl WriteLock {
+    fn acquire(uri: &str) -> Result<Self> {
+        let path = lock_path(uri);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| exec_datafusion_err!("cannot create {}: {e}", dir.display()))?;
         }
-        let poll = self.inner.as_mut().poll_next(cx);
-        match poll {
-            Poll::Ready(Some(Ok(batch))) => {
-                self.ready_at = Some(Instant::now());
-                self.progress.lock().unwrap_or_else(|e| e.into_inner()).rows += batch.num_rows() as u64;
-                let schema = Arc::clone(&self.schema);
-                Poll::Ready(Some(batch.with_schema(schema).map_err(Into::into)))
-            }
-            other => other,
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| exec_datafusion_err!("cannot open lock file {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(exec_datafusion_err!(
+                "another pipeline run is writing to {uri} (it holds {}); wait for it to finish, or stop it and rerun \
+                 this job to resume",
+                path.display()
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(exec_datafusion_err!("cannot lock {}: {e}", path.display())),
         }
     }
 }
 
-impl RecordBatchStream for CountingStream {
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
+/// `dir/.name.lance.lock` for the dataset `dir/name.lance`.
+pub fn lock_path(uri: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(uri);
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into());
+    p.with_file_name(format!(".{name}.lock"))
 }

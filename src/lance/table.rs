@@ -77,6 +77,13 @@ pub struct LanceTable {
     metrics: Arc<RunMetrics>,
 }
 
+impl LanceTable {
+    /// The dataset's URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
 #[async_trait]
 impl TableProvider for LanceTable {
     fn schema(&self) -> SchemaRef {

@@ -143,7 +143,8 @@ async fn tags_mark_versions_that_read_back_from_sql() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.lance").display().to_string();
     let s = session();
-    sql(&s, &format!("{}; SET embed.tag = 'minilm-v1'; {}", docs(tmp.path()), copy_to(&out))).await.unwrap();
+    let first = format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id <> 'c') TO '{out}' STORED AS LANCE");
+    sql(&s, &format!("{}; SET embed.tag = 'minilm-v1'; {first}", docs(tmp.path()))).await.unwrap();
     // The tag is taken: a second run with it is refused before anything is written.
     let err = sql(&s, &copy_to(&out)).await.unwrap_err().to_string();
     assert!(err.contains("minilm-v1") && err.contains("already marks version 1"), "{err}");
@@ -151,11 +152,12 @@ async fn tags_mark_versions_that_read_back_from_sql() {
     let ds = Dataset::open(&out).await.unwrap();
     assert_eq!(ds.version().version, 2);
     sql(&s, &format!("CREATE EXTERNAL TABLE tagged STORED AS LANCE LOCATION '{out}' OPTIONS ('tag' 'minilm-v1')")).await.unwrap();
-    assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM tagged").await.unwrap()), 3);
+    assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM tagged").await.unwrap()), 2);
     let j = json_of(&pipeline(&["inspect", &out, "--json"], tmp.path()));
     assert_eq!(j["tags"]["minilm-v1"], 1);
     assert_eq!(j["versions"][0]["tags"][0], "minilm-v1");
-    assert_eq!(j["ids"]["unique"], false, "two versions' appends repeat every id");
+    assert_eq!(j["ids"]["unique"], true, "the second write added only the missing id");
+    assert_eq!(j["rows"], 3);
 }
 
 #[tokio::test]

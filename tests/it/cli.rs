@@ -33,7 +33,7 @@ fn run_writes_prints_and_summarises() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains("| x1 ") && out.contains("384 values]"), "{out}");
-    assert!(out.contains("wrote 3 rows to") && out.contains("(version 1)"), "{out}");
+    assert!(out.contains("wrote 3 rows to") && out.contains("now at version 1"), "{out}");
     assert!(out.contains("pipeline run: 3 rows written") && out.contains("at version 1"), "{out}");
     assert!(tmp.path().join("out/docs.lance").is_dir());
 }

@@ -62,20 +62,23 @@ async fn every_source_format_gives_the_same_vectors() {
 }
 
 #[tokio::test]
-async fn copy_creates_then_appends_versions_that_stay_readable() {
+async fn copy_creates_then_appends_only_new_ids_in_versions_that_stay_readable() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.lance");
     let o = out.display();
     let s = session();
     sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus(tmp.path()))).await.unwrap();
-    let copy = format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE");
-    let written = sql(&s, &copy).await.unwrap();
-    assert_eq!(scalar_i64(&written), 5, "COPY reports rows written");
-    sql(&s, &copy).await.unwrap();
+    let first = format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id < 'c') TO '{o}' STORED AS LANCE");
+    assert_eq!(scalar_i64(&sql(&s, &first).await.unwrap()), 2, "COPY reports rows written");
+    let all = format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE");
+    assert_eq!(scalar_i64(&sql(&s, &all).await.unwrap()), 3, "only the ids not yet written");
+    let embedded_before = s.metrics().embed_stats().docs;
+    assert_eq!(scalar_i64(&sql(&s, &all).await.unwrap()), 0, "a rerun writes nothing");
+    assert_eq!(s.metrics().embed_stats().docs, embedded_before, "and embeds nothing");
 
     let ds = Dataset::open(&o.to_string()).await.unwrap();
     assert_eq!(ds.version().version, 2);
-    assert_eq!(ds.count_rows(None).await.unwrap(), 10);
+    assert_eq!(ds.count_rows(None).await.unwrap(), 5);
     let field = ds.schema().field("embedding").unwrap();
     let arrow_field = datafusion::arrow::datatypes::Field::from(field);
     match arrow_field.data_type() {
@@ -87,11 +90,25 @@ async fn copy_creates_then_appends_versions_that_stay_readable() {
 
     // The first version is still there, and reads from SQL.
     sql(&s, &format!("CREATE EXTERNAL TABLE v1 STORED AS LANCE LOCATION '{o}' OPTIONS ('version' '1')")).await.unwrap();
-    assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM v1").await.unwrap()), 5);
+    assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM v1").await.unwrap()), 2);
     sql(&s, &format!("CREATE EXTERNAL TABLE latest STORED AS LANCE LOCATION '{o}'")).await.unwrap();
-    assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM latest").await.unwrap()), 10);
+    assert_eq!(scalar_i64(&sql(&s, "SELECT count(DISTINCT id) FROM latest").await.unwrap()), 5);
     let err = sql(&s, "INSERT INTO v1 SELECT * FROM latest").await.unwrap_err().to_string();
     assert!(err.contains("pinned to version 1"), "{err}");
+}
+
+#[tokio::test]
+async fn explain_shows_the_resume_anti_join() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = tmp.path().join("out.lance").display().to_string();
+    let s = session();
+    sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus(tmp.path()))).await.unwrap();
+    let copy = format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE");
+    let before = crate::common::strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
+    assert!(!before.contains("LeftAnti"), "no output yet, no anti-join:\n{before}");
+    sql(&s, &copy).await.unwrap();
+    let after = crate::common::strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
+    assert!(after.contains("LeftAnti") && after.contains("__done_ids"), "{after}");
 }
 
 #[tokio::test]

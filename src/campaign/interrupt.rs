@@ -1,0 +1,16 @@
+//! A process-wide request to stop: set by ctrl-C or SIGTERM, honoured by the Lance sink at the next
+//! batch boundary, after it has committed the rows it holds.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Ask running writes to commit what they have and stop.
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Whether a stop was asked for.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}

@@ -1,0 +1,239 @@
+//! Resuming a campaign: a write into an existing Lance dataset embeds only the ids it does not hold yet.
+//!
+//! [`ResumeRule`] is an analyzer rule. For a `COPY … STORED AS LANCE` or an `INSERT INTO` a Lance table
+//! whose dataset exists, it puts a left anti-join against the dataset's id column under the projection
+//! that calls `embed()`, so rows already written are dropped before they are embedded. EXPLAIN shows
+//! the join. [`ExistingIds`] is the table it joins: only the id column of the dataset's latest version.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, Result};
+use datafusion::datasource::file_format::DefaultFileType;
+use datafusion::datasource::{provider_as_source, source_as_provider, TableType};
+use datafusion::logical_expr::{
+    ident, DmlStatement, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp,
+};
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::cast;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::ExecutionPlan;
+use futures::{StreamExt, TryStreamExt};
+use lance::Dataset;
+
+use super::{dataset_uri, LanceTable};
+use crate::options::EmbedOptions;
+
+/// Where a write plan sends its rows, and the rows it sends.
+#[derive(Debug, Clone)]
+pub struct WriteTarget {
+    /// The dataset's URI.
+    pub uri: String,
+    /// The plan of the rows to write.
+    pub input: Arc<LogicalPlan>,
+}
+
+/// The Lance dataset a COPY or INSERT writes to, if the plan is one.
+pub fn write_target(plan: &LogicalPlan) -> Option<WriteTarget> {
+    match plan {
+        LogicalPlan::Copy(copy) if is_lance_type(copy) => Some(WriteTarget { uri: dataset_uri(&copy.output_url), input: Arc::clone(&copy.input) }),
+        LogicalPlan::Dml(DmlStatement { target, op: WriteOp::Insert(_), input, .. }) => {
+            let provider = source_as_provider(target).ok()?;
+            let table = provider.as_ref().downcast_ref::<LanceTable>()?;
+            Some(WriteTarget { uri: table.uri().to_string(), input: Arc::clone(input) })
+        }
+        _ => None,
+    }
+}
+
+fn is_lance_type(copy: &datafusion::logical_expr::dml::CopyTo) -> bool {
+    copy.file_type
+        .as_any()
+        .downcast_ref::<DefaultFileType>()
+        .is_some_and(|t| t.as_format_factory().as_ref().downcast_ref::<super::LanceFormatFactory>().is_some())
+}
+
+/// Whether a Lance dataset exists at `uri` (a local path).
+pub fn dataset_exists(uri: &str) -> bool {
+    Path::new(uri).join("_versions").is_dir()
+}
+
+/// The id column of a dataset's latest version, as a table whose id type matches the writer's input.
+#[derive(Debug)]
+pub struct ExistingIds {
+    uri: String,
+    column: String,
+    schema: SchemaRef,
+}
+
+impl ExistingIds {
+    /// The ids of the dataset at `uri`, read as `id_type`.
+    pub fn new(uri: &str, column: &str, id_type: DataType) -> Self {
+        let schema = Arc::new(Schema::new(vec![Field::new(column, id_type, true)]));
+        Self { uri: uri.to_string(), column: column.to_string(), schema }
+    }
+
+    /// A scan of these ids, named `__done_ids`.
+    pub fn scan_plan(self) -> Result<LogicalPlan> {
+        LogicalPlanBuilder::scan("__done_ids", provider_as_source(Arc::new(self)), None)?.build()
+    }
+}
+
+#[async_trait]
+impl TableProvider for ExistingIds {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let ids = Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
+        Ok(Arc::new(StreamingTableExec::try_new(Arc::clone(&self.schema), vec![ids], projection, [], false, limit)?))
+    }
+}
+
+/// Streams the id column out of the dataset, cast to the writer's id type and without the dataset's
+/// schema metadata.
+///
+/// NOTE: a plain Lance scan would carry the dataset's schema metadata (the fingerprint) into the
+/// anti-join's output, which DataFusion then rejects as differing from the logical plan's schema.
+#[derive(Debug)]
+struct IdStream {
+    uri: String,
+    column: String,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for IdStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (uri, column, schema) = (self.uri.clone(), self.column.clone(), Arc::clone(&self.schema));
+        let out_schema = Arc::clone(&schema);
+        let batches = futures::stream::once(async move {
+            type Batches = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>>;
+            let lance_err = |e: lance::Error| -> DataFusionError { crate::Error::Lance { uri: uri.clone(), message: e.to_string() }.into() };
+            let ds = Dataset::open(&uri).await.map_err(lance_err)?;
+            if ds.schema().field(&column).is_none() {
+                let e = crate::Error::Lance { uri: uri.clone(), message: format!("has no id column `{column}` to resume by") };
+                return Err(DataFusionError::from(e));
+            }
+            let mut scan = ds.scan();
+            scan.project(&[column.as_str()]).map_err(lance_err)?;
+            let stream = scan.try_into_stream().await.map_err(lance_err)?;
+            let want = schema.field(0).data_type().clone();
+            let batches: Batches = Box::pin(stream.map(move |batch| {
+                let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let ids = cast(batch.column(0), &want)?;
+                Ok(RecordBatch::try_new(Arc::clone(&schema), vec![ids])?)
+            }));
+            Ok::<_, DataFusionError>(batches)
+        })
+        .try_flatten();
+        Box::pin(RecordBatchStreamAdapter::new(out_schema, batches))
+    }
+}
+
+/// The analyzer rule described in the module docs.
+#[derive(Debug, Default)]
+pub struct ResumeRule;
+
+impl AnalyzerRule for ResumeRule {
+    fn name(&self) -> &str {
+        "embedding_pipeline_resume"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let Some(target) = write_target(&plan) else { return Ok(plan) };
+        if options.restart || !dataset_exists(&target.uri) {
+            return Ok(plan);
+        }
+        let input = without_done_ids(target.input.as_ref().clone(), &target.uri, &options.id_column)?;
+        plan.with_new_exprs(plan.expressions(), vec![input])
+    }
+}
+
+/// Put an anti-join against the dataset's ids under the projection that calls `embed()`, or on top
+/// when there is none. Left unchanged when the id column is not found there.
+pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<LogicalPlan> {
+    let mut done = false;
+    let rewritten = input.clone().transform_down(|node| {
+        if done {
+            return Ok(Transformed::new(node, false, TreeNodeRecursion::Stop));
+        }
+        let LogicalPlan::Projection(p) = &node else { return Ok(Transformed::no(node)) };
+        if !p.expr.iter().any(calls_embed) {
+            return Ok(Transformed::no(node));
+        }
+        done = true;
+        match anti_join(p.input.as_ref().clone(), uri, column)? {
+            Some(joined) => {
+                let projection = Projection::try_new(p.expr.clone(), Arc::new(joined))?;
+                Ok(Transformed::new(LogicalPlan::Projection(projection), true, TreeNodeRecursion::Stop))
+            }
+            None => Ok(Transformed::new(node, false, TreeNodeRecursion::Stop)),
+        }
+    })?;
+    if rewritten.transformed {
+        return Ok(rewritten.data);
+    }
+    Ok(anti_join(input.clone(), uri, column)?.unwrap_or(input))
+}
+
+fn anti_join(input: LogicalPlan, uri: &str, column: &str) -> Result<Option<LogicalPlan>> {
+    let Some((qualifier, field)) = input.schema().iter().find(|(_, f)| f.name() == column) else { return Ok(None) };
+    let left = Column::new(qualifier.cloned(), column);
+    let ids = ExistingIds::new(uri, column, field.data_type().clone()).scan_plan()?;
+    let right = Column::new(Some("__done_ids"), column);
+    Ok(Some(LogicalPlanBuilder::from(input).join(ids, JoinType::LeftAnti, (vec![left], vec![right]), None)?.build()?))
+}
+
+fn calls_embed(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = e.apply(|x| {
+        if let Expr::ScalarFunction(f) = x
+            && f.name() == "embed"
+        {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// How many of the input's ids the dataset already holds.
+pub async fn count_done(state: &datafusion::execution::SessionState, target: &WriteTarget, column: &str) -> Result<u64> {
+    if !dataset_exists(&target.uri) {
+        return Ok(0);
+    }
+    let ids = LogicalPlanBuilder::from(target.input.as_ref().clone()).project(vec![ident(column)])?.build()?;
+    let Some((_, field)) = ids.schema().iter().next().map(|(q, f)| (q.cloned(), Arc::clone(f))) else { return Ok(0) };
+    let done = ExistingIds::new(&target.uri, column, field.data_type().clone()).scan_plan()?;
+    let left = Column::new(ids.schema().iter().next().and_then(|(q, _)| q.cloned()), column);
+    let plan = LogicalPlanBuilder::from(ids)
+        .join(done, JoinType::LeftSemi, (vec![left], vec![Column::new(Some("__done_ids"), column)]), None)?
+        .build()?;
+    Ok(datafusion::dataframe::DataFrame::new(state.clone(), plan).count().await? as u64)
+}
