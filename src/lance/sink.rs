@@ -173,7 +173,7 @@ impl DataSink for LanceSink {
             let finished = match next {
                 Ok(Some(batch)) => {
                     let mut batch = batch?;
-                    while buffered + batch.num_rows() >= commit_rows {
+                    while buffered + batch.num_rows() > commit_rows {
                         let take = commit_rows - buffered;
                         buffer.push(batch.slice(0, take));
                         batch = batch.slice(take, batch.num_rows() - take);

@@ -6,4 +6,5 @@ mod cli;
 mod common;
 mod errors;
 mod model;
+mod resume;
 mod sql;

@@ -1,0 +1,237 @@
+//! Stable ids and resume, through the real binary: streaming commits, kill-and-resume, ctrl-C, bad ids,
+//! two runs at once, and --restart.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::model_dir;
+
+fn pipeline(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
+}
+
+fn spawn(args: &[&str], dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `n` short documents with ids `doc-00000`…; `extra` lines are appended verbatim.
+fn corpus(dir: &Path, n: usize, extra: &[&str]) {
+    let mut lines: Vec<String> = (0..n)
+        .map(|i| serde_json::json!({"id": format!("doc-{i:05}"), "text": format!("Document {i} is about topic {} and colour {}.", i % 17, i % 5)}).to_string())
+        .collect();
+    lines.extend(extra.iter().map(|s| s.to_string()));
+    std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
+/// A job that embeds docs.jsonl into `out`, committing every `commit_rows` rows.
+fn job(dir: &Path, name: &str, out: &str, commit_rows: usize) {
+    let sql = format!(
+        "SET embed.model = '{}';\n\
+         SET embed.commit_rows = {commit_rows};\n\
+         SET datafusion.execution.batch_size = 50;\n\
+         CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{out}' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+}
+
+fn inspect(dir: &Path, out: &str) -> Value {
+    let o = pipeline(&["inspect", out, "--json"], dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Committed versions, counted from the manifests on disk.
+fn versions(dir: &Path, out: &str) -> usize {
+    std::fs::read_dir(dir.join(out).join("_versions"))
+        .map(|d| d.filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "manifest"))).count())
+        .unwrap_or(0)
+}
+
+fn wait_for_commit(dir: &Path, out: &str, child: &mut Child) {
+    let start = Instant::now();
+    while versions(dir, out) == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its first commit");
+        assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn commits_stream_every_commit_rows_with_a_run_record_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 300, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    let o = pipeline(&["run", "job.sql"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("wrote 300 rows") && stdout.contains("in 3 commit(s), now at version 3"), "{stdout}");
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(300), Some(true)));
+    let runs: Vec<&Value> = j["versions"].as_array().unwrap().iter().map(|v| &v["run"]).collect();
+    assert_eq!(runs.iter().map(|r| r["rows_written"].as_u64().unwrap()).collect::<Vec<_>>(), [100, 100, 100]);
+    assert_eq!(runs.iter().map(|r| r["last_commit"].as_bool().unwrap()).collect::<Vec<_>>(), [false, false, true]);
+    // Every document embedded is accounted to exactly one commit.
+    let documents: u64 = runs.iter().map(|r| r["documents"].as_u64().unwrap()).sum();
+    assert_eq!(documents, 300);
+
+    // A rerun finds everything done and writes nothing.
+    let o = pipeline(&["run", "job.sql"], d);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && stdout.contains("resuming: 300 of 300 already done"), "{stdout}");
+    assert_eq!(versions(d, "out.lance"), 3);
+}
+
+#[test]
+fn killed_runs_resume_to_every_id_exactly_once_with_the_clean_vectors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 3000, &[]);
+    job(d, "clean.sql", "clean.lance", 500);
+    job(d, "job.sql", "out.lance", 25);
+    let clean = pipeline(&["run", "clean.sql"], d);
+    assert!(clean.status.success(), "{}", stderr(&clean));
+
+    // SIGKILL at pseudo-random moments (fixed seed), rerunning after each kill: each run is killed
+    // between 0 and 400 ms after its next commit lands, so it dies mid-batch, mid-model-call or mid-commit.
+    let mut seed: u64 = 0x5eed;
+    let mut kills = 0;
+    while kills < 5 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let delay = Duration::from_millis((seed >> 33) % 400);
+        let before = versions(d, "out.lance");
+        let mut child = spawn(&["run", "job.sql"], d);
+        let start = Instant::now();
+        while versions(d, "out.lance") == before && child.try_wait().unwrap().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(delay);
+        let running = child.try_wait().unwrap().is_none();
+        assert!(running, "the run finished before kill {}; the corpus is too small", kills + 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+    }
+    let last = pipeline(&["run", "job.sql"], d);
+    assert!(last.status.success(), "{}", stderr(&last));
+
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(3000), Some(true)), "{j}");
+    let o = pipeline(&["compare", "clean.lance", "out.lance", "--json"], d);
+    let c: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(o.status.success(), "{c}");
+    assert_eq!((c["matched"].as_u64(), c["only_in_a"].as_u64(), c["only_in_b"].as_u64()), (Some(3000), Some(0), Some(0)));
+    assert!(c["max_abs_diff"].as_f64().unwrap() <= 1e-6, "{c}");
+}
+
+#[test]
+fn ctrl_c_commits_what_is_done_exits_non_zero_and_the_rerun_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 2000, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    let mut child = spawn(&["run", "job.sql"], d);
+    wait_for_commit(d, "out.lance", &mut child);
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("interrupted") && err.contains("run the same job again to resume"), "{err}");
+    let partial = inspect(d, "out.lance")["rows"].as_u64().unwrap();
+    assert!(partial > 0 && partial < 2000, "{partial} rows after ctrl-C");
+
+    let o = pipeline(&["run", "job.sql"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("resuming: {partial} of 2000 already done")));
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2000), Some(true)));
+}
+
+#[test]
+fn duplicate_and_null_ids_are_refused_before_any_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 20, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    assert!(pipeline(&["run", "job.sql"], d).status.success());
+
+    for (extra, expect) in [
+        (r#"{"id": "doc-00003", "text": "a second doc-00003"}"#, "1 ids occur more than once (first: doc-00003)"),
+        (r#"{"id": null, "text": "no id"}"#, "1 rows have a NULL id"),
+    ] {
+        corpus(d, 20, &[extra]);
+        let o = pipeline(&["run", "job.sql"], d);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(expect) && err.contains("Nothing was embedded"), "{err}");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("embedded"), "nothing may be embedded");
+        assert_eq!(versions(d, "out.lance"), 1, "the output stays untouched");
+    }
+    // A missing id column is named too.
+    std::fs::write(d.join("noid.sql"), std::fs::read_to_string(d.join("job.sql")).unwrap().replace("SELECT id, ", "SELECT ")).unwrap();
+    let o = pipeline(&["run", "noid.sql"], d);
+    assert!(!o.status.success() && stderr(&o).contains("no id column `id`"), "{}", stderr(&o));
+}
+
+#[test]
+fn integer_ids_resume_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let lines: Vec<String> = (0..30).map(|i| serde_json::json!({"id": i, "text": format!("number {i}")}).to_string()).collect();
+    std::fs::write(d.join("docs.jsonl"), lines[..20].join("\n")).unwrap();
+    job(d, "job.sql", "out.lance", 100);
+    assert!(pipeline(&["run", "job.sql"], d).status.success());
+    std::fs::write(d.join("docs.jsonl"), lines.join("\n")).unwrap();
+    let o = pipeline(&["run", "job.sql"], d);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("resuming: 20 of 30 already done"), "{}", stderr(&o));
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(30), Some(true)));
+}
+
+#[test]
+fn a_second_run_on_the_same_output_is_refused_while_the_first_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 2000, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    let mut first = spawn(&["run", "job.sql"], d);
+    wait_for_commit(d, "out.lance", &mut first);
+    let second = pipeline(&["run", "job.sql"], d);
+    let err = stderr(&second);
+    assert!(!second.status.success() && err.contains("another pipeline run is writing to"), "{err}");
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2000), Some(true)));
+}
+
+#[test]
+fn restart_writes_a_fresh_version_and_keeps_the_old_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 30, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    assert!(pipeline(&["run", "job.sql"], d).status.success());
+    let o = pipeline(&["run", "--restart", "job.sql"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = inspect(d, "out.lance");
+    assert_eq!((j["version"].as_u64(), j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2), Some(30), Some(true)));
+    let o = pipeline(&["compare", "out.lance@1", "out.lance@2"], d);
+    assert!(o.status.success(), "the old version is still readable: {}", stderr(&o));
+}
