@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
+#
+#   bash benches/run.sh            # every section
+#   bash benches/run.sh memory     # one section: memory | commits
+#
+# Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
+# native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
+# message where it is absent. Figures are ratios against a baseline measured in the same run, because
+# these machines are noisy.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/embedding-pipeline/target}"
+CORPUS="${BENCH_CORPUS:-$ROOT/../shared/corpora/debian_desc_en.jsonl}"
+SECTIONS="${*:-memory commits}"
+if [ ! -f "$CORPUS" ]; then
+  echo "benches/run.sh: $CORPUS is absent (it lives in the project's shared folder); skipping the benchmarks"
+  exit 0
+fi
+scripts/setup
+cargo build --locked --quiet --bin pipeline
+PIPELINE="$CARGO_TARGET_DIR/debug/pipeline"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+OUT="$ROOT/BENCHMARKS.md"
+# Each section keeps its latest results here; BENCHMARKS.md is rebuilt from all of them, so running one
+# section updates only its own part.
+RESULTS_DIR="$ROOT/benches/results"
+mkdir -p "$RESULTS_DIR"
+
+# corpus N REPEAT FILE: the first N documents, repeated REPEAT times with new ids.
+corpus() {
+  python3 - "$CORPUS" "$1" "$2" "$3" <<'PY'
+import json, sys
+src, n, repeat, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+docs = []
+with open(src) as f:
+    for line in f:
+        docs.append(json.loads(line))
+        if len(docs) == n:
+            break
+with open(out, "w") as f:
+    for r in range(repeat):
+        for d in docs:
+            f.write(json.dumps({"id": f"{d['id']}-{r}", "text": d["text"]}) + "\n")
+PY
+}
+
+# job FILE CORPUS OUT [extra SET lines]
+job() {
+  local file=$1 data=$2 out=$3; shift 3
+  { echo "SET embed.model = '$ROOT/models/all-MiniLM-L6-v2';"
+    for s in "$@"; do echo "$s;"; done
+    echo "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$data';"
+    echo "COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$out' STORED AS LANCE;"
+  } > "$file"
+}
+
+# measure JOB -> prints "wall_seconds peak_rss_kb"
+measure() {
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" --quiet run "$1" > /dev/null
+  cat "$WORK/time"
+}
+
+section_memory() {
+  local n=1000 tokens=128 batch=256 commit=500
+  local sets=("SET embed.max_tokens = $tokens" "SET datafusion.execution.batch_size = $batch" "SET embed.commit_rows = $commit" "SET embed.order_window = $commit")
+  corpus $n 1 "$WORK/x1.jsonl"
+  corpus $n 10 "$WORK/x10.jsonl"
+  job "$WORK/x1.sql" "$WORK/x1.jsonl" "$WORK/x1.lance" "${sets[@]}"
+  job "$WORK/x10.sql" "$WORK/x10.jsonl" "$WORK/x10.lance" "${sets[@]}"
+  read -r w1 m1 < <(measure "$WORK/x1.sql")
+  read -r w10 m10 < <(measure "$WORK/x10.sql")
+  python3 - "$n" "$tokens" "$w1" "$m1" "$w10" "$m10" "$batch" "$commit" > "$RESULTS_DIR/memory.md" <<'PY'
+import sys
+n, tokens, w1, m1, w10, m10, batch, commit = sys.argv[1:]
+n, m1, m10, w1, w10 = int(n), int(m1), int(m10), float(w1), float(w10)
+print("## Memory: peak RSS does not grow with the corpus\n")
+print(f"The first {n:,} documents of debian_desc_en (1x), and the same documents ten times over with new ids (10x),")
+print(f"embedded into a new Lance dataset with `embed.max_tokens = {tokens}` (to keep the run short),")
+print(f"`datafusion.execution.batch_size = {batch}`, `embed.commit_rows = {commit}` and `embed.order_window = {commit}`.")
+print("The three last put both runs in the steady state: memory is bounded by the rows of one DataFusion batch (what one")
+print("`embed` call gets), of one commit and of one ordering window, so a 1x corpus smaller than these would measure the")
+print("buffers filling up, not growth with the corpus.")
+print("Peak RSS is `/usr/bin/time`'s maximum resident set size of the whole `pipeline run` process.\n")
+print("| corpus | documents | wall s | peak RSS MiB |")
+print("|---|---|---|---|")
+print(f"| 1x | {n:,} | {w1:.1f} | {m1/1024:.0f} |")
+print(f"| 10x | {10*n:,} | {w10:.1f} | {m10/1024:.0f} |")
+print(f"\n**Peak RSS 10x / 1x = {m10/m1:.2f}** (target: at most 1.2).\n")
+PY
+}
+
+section_commits() {
+  local n=1000 every=100 tokens=128
+  corpus $n 1 "$WORK/c.jsonl"
+  job "$WORK/single.sql" "$WORK/c.jsonl" "$WORK/single.lance" "SET embed.max_tokens = $tokens" "SET embed.commit_rows = 100000000"
+  job "$WORK/many.sql" "$WORK/c.jsonl" "$WORK/many.lance" "SET embed.max_tokens = $tokens" "SET embed.commit_rows = $every"
+  read -r ws _ < <(measure "$WORK/single.sql")
+  read -r wm _ < <(measure "$WORK/many.sql")
+  rm -rf "$WORK/single.lance" "$WORK/many.lance"
+  read -r ws2 _ < <(measure "$WORK/single.sql")
+  read -r wm2 _ < <(measure "$WORK/many.sql")
+  python3 - "$n" "$every" "$ws" "$wm" "$ws2" "$wm2" > "$RESULTS_DIR/commits.md" <<'PY'
+import sys
+n, every = int(sys.argv[1]), int(sys.argv[2])
+ws, wm, ws2, wm2 = map(float, sys.argv[3:])
+single, many = min(ws, ws2), min(wm, wm2)
+commits = n // every
+per_commit = (many - single) / (commits - 1)
+rows_per_s = n / single
+default_rows = 50_000
+cost = per_commit / (default_rows / rows_per_s)
+print("## Commits: what streaming commits cost\n")
+print(f"The first {n:,} documents of debian_desc_en, embedded once in a single commit and once with a commit every")
+print(f"{every} rows ({commits} commits); each run twice, the faster of the two kept.\n")
+print("| run | commits | wall s |")
+print("|---|---|---|")
+print(f"| single commit | 1 | {single:.1f} |")
+print(f"| commit every {every} rows | {commits} | {many:.1f} |")
+print(f"\nExtra time per commit: {per_commit*1000:.0f} ms (a negative figure is noise: the commits cost less than the")
+print(f"run-to-run variation). At the default `embed.commit_rows = 50000` and this machine's {rows_per_s:.0f} rows/s, a commit")
+print(f"comes every {default_rows/rows_per_s:.0f} s, so commits cost **{max(cost, 0)*100:.2f}%** of the throughput of a single commit.\n")
+PY
+}
+
+for s in $SECTIONS; do
+  echo "benches/run.sh: $s" >&2
+  "section_$s"
+done
+
+{
+  echo "# Benchmarks"
+  echo
+  echo "Written by \`bash benches/run.sh\` on $(date -u +%Y-%m-%d), on $(nproc) cores of $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
+  echo "with ONNX Runtime 1.31.1 on CPU and the int8 all-MiniLM-L6-v2. Last run: $SECTIONS."
+  echo
+  for f in "$RESULTS_DIR"/*.md; do cat "$f"; done
+} > "$OUT"
+echo "benches/run.sh: wrote $OUT" >&2
