@@ -4,6 +4,7 @@
 //! - [`campaign`]: the fingerprint that makes vectors comparable, and per-run records.
 //! - [`model`]: ONNX Runtime (through `ort`) and `tokenizers`; no DataFusion.
 //! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
+//! - [`plan`]: the length-ordering stage ahead of `embed()` in the physical plan.
 //! - [`lance`]: Lance tables (`STORED AS LANCE`) and the streaming Lance sink behind `COPY … STORED AS LANCE`.
 //! - [`session`]: a DataFusion session with all of the above registered.
 //! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
@@ -16,6 +17,7 @@ pub mod lance;
 pub mod metrics;
 pub mod model;
 pub mod options;
+pub mod plan;
 pub mod script;
 pub mod session;
 pub mod udf;

@@ -34,6 +34,13 @@ extensions_options! {
         pub pooling: String, default = String::new()
         /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.
         pub normalize: String, default = String::new()
+        /// 'length' orders rows by token count ahead of embed() (less padding); 'original' keeps the input
+        /// order in fixed batches of 32 rows, as a baseline.
+        pub order: String, default = "length".to_string()
+        /// Rows ordered together. 0 orders the whole input, spilling to disk beyond embed.order_memory.
+        pub order_window: usize, default = 65_536
+        /// Bytes of rows the whole-input ordering (order_window = 0) holds before it spills a sorted run.
+        pub order_memory: usize, default = 512 * 1024 * 1024
         /// Most padded tokens (rows x padded length) in one model call.
         pub batch_tokens: usize, default = 2048
         /// Most rows in one model call.
@@ -47,9 +54,22 @@ impl ConfigExtension for EmbedOptions {
     const PREFIX: &'static str = "embed";
 }
 
+/// How rows are grouped into model calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Longest first, with token-budget batches.
+    Length,
+    /// Input order, in fixed batches of [`ORIGINAL_BATCH_ROWS`] rows (the baseline).
+    Original,
+}
+
+/// Rows per model call in the 'original' order: sentence-transformers' default batch size.
+pub const ORIGINAL_BATCH_ROWS: usize = 32;
+
 /// The options that shape each model call, resolved against the model's own configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallSettings {
+    pub order: Order,
     pub max_tokens: usize,
     pub truncation: TruncationSide,
     pub pooling: Pooling,
@@ -91,7 +111,13 @@ impl EmbedOptions {
         if self.max_batch_rows == 0 {
             return Err(bad("max_batch_rows", 0, "must be positive"));
         }
+        let order = match self.order.to_ascii_lowercase().as_str() {
+            "length" => Order::Length,
+            "original" => Order::Original,
+            _ => return Err(bad("order", &self.order, "use 'length' or 'original'")),
+        };
         Ok(CallSettings {
+            order,
             max_tokens,
             truncation,
             pooling,
@@ -149,6 +175,7 @@ mod tests {
             (EmbedOptions { truncation: "middle".into(), ..Default::default() }, "embed.truncation"),
             (EmbedOptions { max_tokens: 1, ..Default::default() }, "embed.max_tokens"),
             (EmbedOptions { batch_tokens: 0, ..Default::default() }, "embed.batch_tokens"),
+            (EmbedOptions { order: "random".into(), ..Default::default() }, "embed.order"),
         ] {
             let err = o.call_settings(256, Pooling::Mean, true).unwrap_err().to_string();
             assert!(err.contains(key), "{err}");

@@ -4,16 +4,14 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use datafusion::arrow::array::AsArray;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use serde::Serialize;
 
 use crate::campaign::Fingerprint;
 use crate::lance::compare::cosine_and_max_diff;
 use crate::model::{registry, TextEmbedder};
 use crate::options::EmbedOptions;
-use crate::script::split_statements;
 use crate::session::EmbedSession;
 
 /// What the check found.
@@ -33,27 +31,9 @@ pub struct InvarianceReport {
 
 /// Run the job's set-up statements, draw the sample, embed it both ways and report.
 pub async fn check(file: &Path, sample: usize, table: Option<&str>, column: &str, max_diff: f64, json: bool) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
     let session = EmbedSession::new()?;
     let ctx = session.context();
-    let mut first_table = None;
-    for stmt in split_statements(&text) {
-        let plan = ctx.state().create_logical_plan(&stmt.sql).await.map_err(|e| anyhow!("statement {} (line {}): {e}", stmt.index, stmt.line))?;
-        match &plan {
-            LogicalPlan::Ddl(ddl) => {
-                if let DdlStatement::CreateExternalTable(c) = ddl
-                    && !c.file_type.eq_ignore_ascii_case("lance")
-                {
-                    first_table.get_or_insert_with(|| c.name.to_string());
-                }
-                ctx.execute_logical_plan(plan).await?;
-            }
-            LogicalPlan::Statement(_) => {
-                ctx.execute_logical_plan(plan).await?;
-            }
-            _ => {}
-        }
-    }
+    let first_table = super::job::run_setup(&session, file).await?;
     let table = table.map(str::to_string).or(first_table).ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
     let sql = format!("SELECT CAST(\"{column}\" AS VARCHAR) FROM {table} WHERE \"{column}\" IS NOT NULL LIMIT {sample}");
     let batches = ctx.sql(&sql).await?.collect().await?;

@@ -1,9 +1,11 @@
 //! The `pipeline` command line: argument parsing and the subcommands.
 
 pub mod compare;
+pub mod compare_order;
 pub mod display;
 pub mod inspect;
 pub mod invariance;
+pub mod job;
 pub mod run;
 
 use std::path::PathBuf;
@@ -70,6 +72,24 @@ pub enum Command {
         #[arg(long, default_value = "embedding")]
         column: String,
     },
+    /// Embed a sample of a job's corpus in length order and in the original order, and show both side
+    /// by side. Exits non-zero when an id's vectors differ by more than 1e-5 between the orders.
+    CompareOrder {
+        /// The job file: its SET and CREATE statements are run, then the sample is drawn.
+        file: PathBuf,
+        /// Rows in the sample.
+        #[arg(long, default_value_t = 2000)]
+        sample: usize,
+        /// The source table (default: the job's first non-Lance external table).
+        #[arg(long)]
+        table: Option<String>,
+        /// The text column.
+        #[arg(long, default_value = "text")]
+        column: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Embed a sample of a job's corpus one text at a time and again in batches, and report the largest
     /// difference. Exits non-zero above --max-diff.
     CheckInvariance {
@@ -106,6 +126,9 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Compare { a, b, min_cosine, json, id_column, column } => {
             compare::compare(&a, &b, &id_column, &column, min_cosine, json).await
+        }
+        Command::CompareOrder { file, sample, table, column, json } => {
+            compare_order::compare_order(&file, sample, table.as_deref(), &column, json).await
         }
         Command::CheckInvariance { file, sample, table, column, max_diff, json } => {
             invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await

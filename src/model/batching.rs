@@ -28,9 +28,24 @@ pub fn plan_batches(lengths: &[usize], batch_tokens: usize, max_rows: usize) -> 
     batches
 }
 
+/// Keep the input order and cut batches of `rows` rows, each padded to its longest row (the baseline).
+pub fn plan_fixed_batches(lengths: &[usize], rows: usize) -> Vec<Batch> {
+    let order: Vec<usize> = (0..lengths.len()).collect();
+    order
+        .chunks(rows.max(1))
+        .map(|c| Batch { rows: c.to_vec(), padded_len: c.iter().map(|&r| lengths[r]).max().unwrap_or(0) })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_batches_keep_the_input_order() {
+        let b = plan_fixed_batches(&[3, 9, 4, 1, 7], 2);
+        assert_eq!(b.iter().map(|b| (b.rows.clone(), b.padded_len)).collect::<Vec<_>>(), [(vec![0, 1], 9), (vec![2, 3], 4), (vec![4], 7)]);
+    }
 
     #[test]
     fn every_row_once_and_within_budget() {

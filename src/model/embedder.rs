@@ -10,11 +10,11 @@ use ort::session::Session;
 use ort::value::Tensor;
 
 use crate::error::{Error, Result};
-use crate::model::batching::{plan_batches, Batch};
+use crate::model::batching::{plan_batches, plan_fixed_batches, Batch};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{runtime, DeviceInfo, ModelSpec};
-use crate::options::CallSettings;
+use crate::options::{CallSettings, Order, ORIGINAL_BATCH_ROWS};
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -214,6 +214,17 @@ impl Embedder {
     }
 }
 
+impl Embedder {
+    /// Each text's token count as the model will see it (after the prefix and truncation, special
+    /// tokens included); 0 for NULL. This is what the length ordering sorts by.
+    pub fn token_lengths(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<usize>> {
+        let present: Vec<String> = texts.iter().flatten().map(|t| format!("{}{t}", settings.prefix)).collect();
+        let strs: Vec<&str> = present.iter().map(String::as_str).collect();
+        let mut counts = self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?.into_iter().map(|t| t.ids.len());
+        Ok(texts.iter().map(|t| if t.is_some() { counts.next().unwrap_or(0) } else { 0 }).collect())
+    }
+}
+
 impl TextEmbedder for Embedder {
     fn spec(&self) -> &ModelSpec {
         &self.spec
@@ -262,7 +273,11 @@ impl TextEmbedder for Embedder {
         let started = Instant::now();
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let mut pooled = vec![Vec::new(); tokens.len()];
-        for batch in plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows) {
+        let batches = match settings.order {
+            Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
+            Order::Original => plan_fixed_batches(&lengths, ORIGINAL_BATCH_ROWS),
+        };
+        for batch in batches {
             stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
             stats.model_calls += 1;
             self.run_batch(&tokens, &batch, settings, &mut pooled)?;

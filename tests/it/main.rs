@@ -6,5 +6,6 @@ mod cli;
 mod common;
 mod errors;
 mod model;
+mod order;
 mod resume;
 mod sql;

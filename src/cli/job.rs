@@ -1,0 +1,46 @@
+//! Shared by the commands that take a job file but do not run it whole (`check-invariance`,
+//! `compare-order`): run its `SET` and `CREATE` statements, and find its source table.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+
+use crate::script::split_statements;
+use crate::session::EmbedSession;
+
+/// Run the job's SET and CREATE statements in `session`; return its first non-Lance external table.
+pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Option<String>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
+    let ctx = session.context();
+    let mut first_table = None;
+    for stmt in split_statements(&text) {
+        // Only the set-up statements; queries and writes may refer to outputs that do not exist yet.
+        let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+        if !["SET", "RESET", "CREATE", "DROP"].contains(&first_word.as_str()) {
+            continue;
+        }
+        let plan = ctx
+            .state()
+            .create_logical_plan(&stmt.sql)
+            .await
+            .map_err(|e| anyhow!("{}: statement {} (line {}): {e}", file.display(), stmt.index, stmt.line))?;
+        match &plan {
+            LogicalPlan::Ddl(ddl) => {
+                if let DdlStatement::CreateExternalTable(c) = ddl {
+                    // Lance tables are the job's outputs, which may not exist yet.
+                    if c.file_type.eq_ignore_ascii_case("lance") {
+                        continue;
+                    }
+                    first_table.get_or_insert_with(|| c.name.to_string());
+                }
+                ctx.execute_logical_plan(plan).await?;
+            }
+            LogicalPlan::Statement(_) => {
+                ctx.execute_logical_plan(plan).await?;
+            }
+            _ => {}
+        }
+    }
+    Ok(first_table)
+}

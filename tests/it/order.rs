@@ -1,0 +1,126 @@
+//! The length-ordering stage: in the plan, longest first, windows, whole-input ordering that spills,
+//! rows keyed correctly after reordering, and the same vectors as the original order.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{model_dir, session, sql, strings, vectors};
+
+/// Rows whose token count is known: "cat" repeated k times is k + 2 tokens. Shuffled lengths.
+fn cats(dir: &Path, n: usize) -> String {
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let k = 1 + (i * 37) % 50;
+            serde_json::json!({"id": format!("r{i:04}"), "k": k, "text": "cat ".repeat(k).trim_end()}).to_string()
+        })
+        .collect();
+    let p = dir.join("cats.jsonl");
+    std::fs::write(&p, lines.join("\n")).unwrap();
+    format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", p.display())
+}
+
+fn by_id(batches: &[datafusion::arrow::array::RecordBatch]) -> HashMap<String, Vec<f32>> {
+    strings(batches, "id").into_iter().zip(vectors(batches, "v")).map(|(id, v)| (id, v.unwrap())).collect()
+}
+
+/// Write `select` into a new Lance dataset in `dir` and read it back in written order.
+async fn through_lance(s: &embedding_pipeline::EmbedSession, dir: &Path, name: &str, select: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let out = dir.join(format!("{name}.lance"));
+    sql(s, &format!("COPY ({select}) TO '{}' STORED AS LANCE", out.display())).await.unwrap();
+    sql(s, &format!("CREATE EXTERNAL TABLE {name} STORED AS LANCE LOCATION '{}'", out.display())).await.unwrap();
+    sql(s, &format!("SELECT * FROM {name}")).await.unwrap()
+}
+
+#[tokio::test]
+async fn explain_shows_the_ordering_stage_on_writes_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = session();
+    sql(&s, &cats(tmp.path(), 10)).await.unwrap();
+    let copy = format!("COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/x.lance' STORED AS LANCE", tmp.path().display());
+    let plan = strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
+    assert!(plan.contains("LengthOrderExec: text=text@") && plan.contains("window=65536 rows"), "{plan}");
+    // A SELECT keeps its input order.
+    let plan = strings(&sql(&s, "EXPLAIN SELECT id, embed(text) AS v FROM docs").await.unwrap(), "plan").join("\n");
+    assert!(!plan.contains("LengthOrderExec"), "{plan}");
+    let plan = strings(&sql(&s, &format!("SET embed.order = 'original'; EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
+    assert!(!plan.contains("LengthOrderExec"), "{plan}");
+}
+
+#[tokio::test]
+async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = session();
+    sql(&s, &format!("SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {}", cats(tmp.path(), 120)))
+        .await
+        .unwrap();
+    sql(&s, "SET embed.order_window = 40").await.unwrap();
+    let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
+    let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
+    assert_eq!(ks.len(), 120);
+    for window in ks.chunks(40) {
+        assert!(window.windows(2).all(|w| w[0] >= w[1]), "not longest first within a window: {window:?}");
+    }
+    assert!(ks.windows(2).any(|w| w[0] < w[1]), "windows are ordered separately, not as one");
+    // Each vector is its own text's: the same as in the original order.
+    let original = sql(&s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
+    let (a, b) = (by_id(&ordered), by_id(&original));
+    assert_eq!(a.len(), 120);
+    for (id, v) in &a {
+        assert_eq!(v, &b[id], "id {id}");
+    }
+}
+
+#[tokio::test]
+async fn whole_input_ordering_spills_beyond_its_memory_and_stays_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = session();
+    sql(
+        &s,
+        &format!(
+            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; \
+             SET embed.order_window = 0; SET embed.order_memory = 1; {}",
+            cats(tmp.path(), 100)
+        ),
+    )
+    .await
+    .unwrap();
+    let copy = format!("COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/analyzed.lance' STORED AS LANCE", tmp.path().display());
+    let analyzed = strings(&sql(&s, &format!("EXPLAIN ANALYZE {copy}")).await.unwrap(), "plan").join("\n");
+    let line = analyzed.lines().find(|l| l.contains("LengthOrderExec")).unwrap_or_default().to_string();
+    assert!(line.contains("window=whole input") && line.contains("spill_count=7"), "100 rows in batches of 16 spill 7 runs: {line}");
+    let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
+    let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
+    assert_eq!(ks.len(), 100);
+    assert!(ks.windows(2).all(|w| w[0] >= w[1]), "the merged runs are longest first: {ks:?}");
+    let original = sql(&s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
+    let (a, b) = (by_id(&ordered), by_id(&original));
+    assert_eq!(a.len(), 100, "every row exactly once");
+    for (id, v) in &a {
+        assert_eq!(v, &b[id], "id {id}");
+    }
+}
+
+#[test]
+fn compare_order_reports_both_orders_with_identical_vectors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let create = cats(tmp.path(), 64);
+    std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display())).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["compare-order", "job.sql", "--sample", "64", "--json"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["max_abs_diff"].as_f64(), Some(0.0));
+    let (l, r) = (&j["length"], &j["original"]);
+    // k cats + [CLS] + [SEP], summed over 64 rows.
+    let useful: u64 = (0..64).map(|i| (1 + (i * 37) % 50) as u64 + 2).sum();
+    assert_eq!((l["documents"].as_u64(), r["documents"].as_u64()), (Some(64), Some(64)));
+    assert_eq!((l["useful_tokens"].as_u64(), r["useful_tokens"].as_u64()), (Some(useful), Some(useful)));
+    assert!(l["processed_tokens"].as_u64() < r["processed_tokens"].as_u64(), "{j}");
+    assert!(l["padding_efficiency"].as_f64().unwrap() > r["padding_efficiency"].as_f64().unwrap());
+}
