@@ -25,12 +25,28 @@ pub struct WriteReport {
 /// Counters shared by the `embed` function and the Lance sinks of one session.
 #[derive(Debug, Default)]
 pub struct RunMetrics {
+    /// Texts and useful tokens done so far, updated after every model call (for progress display).
+    live_docs: std::sync::atomic::AtomicU64,
+    live_tokens: std::sync::atomic::AtomicU64,
     embed: Mutex<EmbedStats>,
     device: Mutex<Option<DeviceInfo>>,
     writes: Mutex<Vec<WriteReport>>,
 }
 
 impl RunMetrics {
+    /// Count texts and useful tokens as each model call finishes.
+    pub fn record_progress(&self, docs: u64, useful_tokens: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.live_docs.fetch_add(docs, Relaxed);
+        self.live_tokens.fetch_add(useful_tokens, Relaxed);
+    }
+
+    /// Texts and useful tokens done so far, finer-grained than [`RunMetrics::embed_stats`].
+    pub fn progress(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.live_docs.load(Relaxed), self.live_tokens.load(Relaxed))
+    }
+
     /// Add one embedding call's counters.
     pub fn record_embed(&self, stats: &EmbedStats) {
         self.embed.lock().unwrap_or_else(|e| e.into_inner()).add(stats);

@@ -1,7 +1,7 @@
 //! `pipeline run FILE`: the job file's statements in order, each query's result printed, a line per
 //! write, and a summary of the whole run.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Instant;
 
@@ -58,8 +58,9 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     let plan = ctx.state().create_logical_plan(&stmt.sql).await?;
     let is_write = matches!(plan, LogicalPlan::Copy(_) | LogicalPlan::Dml(_));
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
+    let mut todo = None;
     if let Some(target) = write_target(&plan) {
-        prepare_write(session, &target, quiet).await?;
+        todo = Some(prepare_write(session, &target, quiet).await?);
     }
     let df = ctx.execute_logical_plan(plan).await?;
     if is_ddl {
@@ -67,9 +68,11 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     }
     let mut stream = df.execute_stream().await?;
     if is_write {
+        let progress = (!quiet && std::io::stderr().is_terminal()).then(|| Progress::start(session, todo));
         while let Some(batch) = stream.next().await {
             batch?;
         }
+        drop(progress);
         let writes = session.metrics().writes();
         let commits = &writes[writes_before.min(writes.len())..];
         if !quiet && let Some(last) = commits.last() {
@@ -117,7 +120,8 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
 
 /// Before a campaign writes into Lance: refuse bad ids before anything is embedded, and say how much of
 /// the input an existing output already holds (the write itself skips those rows).
-async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool) -> anyhow::Result<()> {
+/// Returns how many rows are left to embed.
+async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool) -> anyhow::Result<u64> {
     let state = session.context().state();
     let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
     let column = &options.id_column;
@@ -125,19 +129,59 @@ async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool
     if let Some(problem) = check.problem(column) {
         return Err(anyhow!(problem));
     }
+    let mut done = 0;
     if !options.restart && dataset_exists(&target.uri) {
-        let done = count_done(&state, target, column).await?;
+        done = count_done(&state, target, column).await?;
         if !quiet {
             println!("resuming: {done} of {} already done in {}", check.rows, target.uri);
         }
     }
-    Ok(())
+    Ok(check.rows - done)
+}
+
+/// A progress bar on stderr while a write runs: documents done of how many, useful tokens/s, time left.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Progress {
+    fn start(session: &EmbedSession, todo: Option<u64>) -> Self {
+        let bar = match todo {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::no_length(),
+        };
+        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        let style = indicatif::ProgressStyle::with_template("{bar:30} {human_pos}/{human_len} documents  {msg}  {elapsed} elapsed, {eta} left")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        let (metrics, before, started) = (std::sync::Arc::clone(session.metrics()), session.metrics().progress(), Instant::now());
+        let ticking = bar.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                let (docs, tokens) = metrics.progress();
+                ticking.set_position(docs - before.0);
+                let rate = (tokens - before.1) as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                ticking.set_message(format!("{rate:.0} useful tokens/s"));
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        });
+        Self { bar, ticker }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.ticker.abort();
+        self.bar.finish_and_clear();
+    }
 }
 
 fn print_summary(session: &EmbedSession, wall: f64) {
     let writes = session.metrics().writes();
     let e = session.metrics().embed_stats();
     let written: u64 = writes.iter().map(|w| w.rows).sum();
+    let write_seconds: f64 = writes.iter().map(|w| w.record.write_seconds).sum();
     let last = writes.last().map(|w| format!(", {} at version {}", w.uri, w.version)).unwrap_or_default();
     println!("pipeline run: {written} rows written{last}, wall {wall:.1} s");
     if e.docs + e.nulls > 0 {
@@ -153,6 +197,12 @@ fn print_summary(session: &EmbedSession, wall: f64) {
             e.truncated_docs,
             e.dropped_tokens,
             e.useful_tokens as f64 / wall.max(1e-9)
+        );
+        println!(
+            "time: tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls and partitions, which overlap)",
+            e.tokenize_time.as_secs_f64(),
+            e.model_time.as_secs_f64(),
+            write_seconds
         );
     }
 }

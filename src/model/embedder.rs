@@ -87,7 +87,11 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
     /// Where it runs.
     fn device(&self) -> &DeviceInfo;
     /// Embed texts; `None` rows give no vector.
-    fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded>;
+    fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded> {
+        self.embed_with_progress(texts, settings, &|_, _| {})
+    }
+    /// [`TextEmbedder::embed`], calling `progress(texts, useful_tokens)` after each model call.
+    fn embed_with_progress(&self, texts: &[Option<&str>], settings: &CallSettings, progress: &dyn Fn(u64, u64)) -> Result<Embedded>;
 }
 
 /// Which graph output carries the result.
@@ -234,7 +238,7 @@ impl TextEmbedder for Embedder {
         &self.device
     }
 
-    fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded> {
+    fn embed_with_progress(&self, texts: &[Option<&str>], settings: &CallSettings, progress: &dyn Fn(u64, u64)) -> Result<Embedded> {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
                 key: "pooling",
@@ -281,6 +285,7 @@ impl TextEmbedder for Embedder {
             stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
             stats.model_calls += 1;
             self.run_batch(&tokens, &batch, settings, &mut pooled)?;
+            progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum());
         }
         let dim = self.spec.dim;
         let mut vectors = vec![0.0f32; texts.len() * dim];

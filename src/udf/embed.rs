@@ -154,7 +154,8 @@ fn embed_array(
     let embedder = registry::get_or_load(Path::new(&options.model), options.resolved_intra_threads())?;
     let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
-    let out = embedder.embed(&values, &resolved.settings).map_err(|e| match e {
+    let progress = |docs, tokens| metrics.record_progress(docs, tokens);
+    let out = embedder.embed_with_progress(&values, &resolved.settings, &progress).map_err(|e| match e {
         crate::Error::TooLong { row, tokens, max_tokens } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("id {id}"),
