@@ -1,7 +1,7 @@
 //! Criterion benchmark of the batch planner: ordering rows by token length and cutting token-budget
 //! batches, on synthetic lengths shaped like a real corpus (many short rows, a long tail).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use embedding_pipeline::model::batching::plan_batches;
 
 /// Deterministic lengths: mostly 10-120 tokens, one row in 20 at the 256-token cap.

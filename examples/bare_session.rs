@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use embedding_pipeline::model::batching::plan_batches;
 use embedding_pipeline::model::tokenize::TextTokenizer;
-use embedding_pipeline::model::{runtime, ModelSpec, TruncationSide};
-use ort::session::builder::GraphOptimizationLevel;
+use embedding_pipeline::model::{ModelSpec, TruncationSide, runtime};
 use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
 use ort::value::Tensor;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,7 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let texts: Vec<String> = std::io::BufReader::new(std::fs::File::open(corpus)?)
         .lines()
         .take(n)
-        .map(|l| Ok::<_, Box<dyn std::error::Error>>(serde_json::from_str::<serde_json::Value>(&l?)?["text"].as_str().unwrap_or_default().to_string()))
+        .map(|l| {
+            Ok::<_, Box<dyn std::error::Error>>(
+                serde_json::from_str::<serde_json::Value>(&l?)?["text"].as_str().unwrap_or_default().to_string(),
+            )
+        })
         .collect::<Result<_, _>>()?;
     let spec = ModelSpec::load(&model)?;
     let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, Path::new(&model))?;

@@ -23,6 +23,10 @@ pub enum Error {
     #[error("model {}: {message}", model_location(.dir, .file))]
     Model { dir: PathBuf, file: String, message: String },
 
+    /// The requested device cannot be used.
+    #[error("embed.device = '{device}': {message}")]
+    Device { device: String, message: String },
+
     /// ONNX Runtime failed while building a session or running the model.
     #[error("ONNX Runtime: {0}")]
     Onnx(String),
@@ -33,7 +37,9 @@ pub enum Error {
 
     /// A text is longer than `embed.max_tokens` under `embed.truncation = 'error'`. `row` is its
     /// position in the call; the caller names the row.
-    #[error("text at row {row} has {tokens} tokens, more than embed.max_tokens = {max_tokens} (embed.truncation = 'error')")]
+    #[error(
+        "text at row {row} has {tokens} tokens, more than embed.max_tokens = {max_tokens} (embed.truncation = 'error')"
+    )]
     TooLong { row: usize, tokens: usize, max_tokens: usize },
 
     /// An `embed.*` option has a value we cannot use.

@@ -5,7 +5,7 @@ use datafusion::common::config::ConfigExtension;
 use datafusion::common::extensions_options;
 
 use crate::error::{Error, Result};
-use crate::model::{Pooling, TruncationSide};
+use crate::model::{Device, Pooling, TruncationSide};
 
 extensions_options! {
     /// Options of an embedding campaign. Every key is settable from SQL as `SET embed.<key> = <value>`.
@@ -45,6 +45,10 @@ extensions_options! {
         pub batch_tokens: usize, default = 2048
         /// Most rows in one model call.
         pub max_batch_rows: usize, default = 256
+        /// Where the model runs: 'cpu', 'cuda' (GPU 0) or 'cuda:N'.
+        pub device: String, default = "cpu".to_string()
+        /// On a GPU, let nodes the CUDA provider cannot run fall back to the CPU (off: such a model is refused).
+        pub allow_cpu_fallback: bool, default = false
         /// ONNX Runtime intra-op threads. 0 uses one per available core.
         pub intra_threads: usize, default = 0
     }
@@ -87,7 +91,12 @@ impl EmbedOptions {
     }
 
     /// Resolve overrides against the model defaults, rejecting values that cannot be used.
-    pub fn call_settings(&self, model_max_tokens: usize, model_pooling: Pooling, model_normalize: bool) -> Result<CallSettings> {
+    pub fn call_settings(
+        &self,
+        model_max_tokens: usize,
+        model_pooling: Pooling,
+        model_normalize: bool,
+    ) -> Result<CallSettings> {
         let max_tokens = match self.max_tokens {
             0 => model_max_tokens,
             n if n < 2 => return Err(bad("max_tokens", n, "must be at least 2 (room for the special tokens)")),
@@ -128,6 +137,11 @@ impl EmbedOptions {
         })
     }
 
+    /// The device these options ask for.
+    pub fn resolved_device(&self) -> Result<Device> {
+        Device::parse(&self.device).ok_or_else(|| bad("device", &self.device, "use 'cpu', 'cuda' or 'cuda:N'"))
+    }
+
     /// Intra-op threads to give ONNX Runtime: the option, or one per available core.
     pub fn resolved_intra_threads(&self) -> usize {
         match self.intra_threads {
@@ -164,7 +178,10 @@ mod tests {
             ..Default::default()
         };
         let s = o.call_settings(256, Pooling::Mean, true).unwrap();
-        assert_eq!((s.max_tokens, s.pooling, s.normalize, s.truncation), (16, Pooling::Cls, false, TruncationSide::Left));
+        assert_eq!(
+            (s.max_tokens, s.pooling, s.normalize, s.truncation),
+            (16, Pooling::Cls, false, TruncationSide::Left)
+        );
     }
 
     #[test]

@@ -142,7 +142,10 @@ mod tests {
         let d = a.differences(&b);
         assert_eq!(
             d,
-            vec![("max_tokens".into(), "256".into(), "128".into()), ("normalize".into(), "true".into(), "false".into())]
+            vec![
+                ("max_tokens".into(), "256".into(), "128".into()),
+                ("normalize".into(), "true".into(), "false".into())
+            ]
         );
         assert!(a.differences(&a).is_empty());
     }

@@ -8,7 +8,7 @@ use datafusion::common::Result;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SessionState;
 use datafusion::functions_aggregate::expr_fn::count;
-use datafusion::logical_expr::{ident, lit, LogicalPlan};
+use datafusion::logical_expr::{LogicalPlan, ident, lit};
 
 /// How many example ids an error lists.
 const EXAMPLES: usize = 5;

@@ -10,5 +10,5 @@ pub mod ids;
 pub mod interrupt;
 pub mod record;
 
-pub use fingerprint::{Fingerprint, FINGERPRINT_KEY};
-pub use record::{RunRecord, RUN_RECORD_KEY};
+pub use fingerprint::{FINGERPRINT_KEY, Fingerprint};
+pub use record::{RUN_RECORD_KEY, RunRecord};

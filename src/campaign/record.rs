@@ -52,7 +52,13 @@ pub struct RunRecord {
 
 impl RunRecord {
     /// A record from a write's embedding counters and its times.
-    pub fn new(stats: &EmbedStats, rows_written: u64, wall_seconds: f64, write_seconds: f64, device: Option<DeviceInfo>) -> Self {
+    pub fn new(
+        stats: &EmbedStats,
+        rows_written: u64,
+        wall_seconds: f64,
+        write_seconds: f64,
+        device: Option<DeviceInfo>,
+    ) -> Self {
         let ratio = |a: u64, b: f64| if b > 0.0 { a as f64 / b } else { 0.0 };
         Self {
             rows_written,

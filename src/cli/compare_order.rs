@@ -44,13 +44,32 @@ pub struct OrderComparison {
 }
 
 /// Embed a sample of the job's corpus in both orders and compare.
-pub async fn compare_order(file: &Path, sample: usize, table: Option<&str>, column: &str, json: bool) -> anyhow::Result<()> {
+pub async fn compare_order(
+    file: &Path,
+    sample: usize,
+    table: Option<&str>,
+    column: &str,
+    json: bool,
+) -> anyhow::Result<()> {
     let session = EmbedSession::new()?;
     let ctx = session.context();
     let first_table = super::job::run_setup(&session, file).await?;
-    let table = table.map(str::to_string).or(first_table).ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
-    let id = ctx.state().config_options().extensions.get::<crate::EmbedOptions>().map(|o| o.id_column.clone()).unwrap_or_else(|| "id".into());
-    let rows = ctx.sql(&format!("SELECT CAST(\"{id}\" AS VARCHAR) AS id, \"{column}\" AS text FROM {table} LIMIT {sample}")).await?.collect().await?;
+    let table = table
+        .map(str::to_string)
+        .or(first_table)
+        .ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
+    let id = ctx
+        .state()
+        .config_options()
+        .extensions
+        .get::<crate::EmbedOptions>()
+        .map(|o| o.id_column.clone())
+        .unwrap_or_else(|| "id".into());
+    let rows = ctx
+        .sql(&format!("SELECT CAST(\"{id}\" AS VARCHAR) AS id, \"{column}\" AS text FROM {table} LIMIT {sample}"))
+        .await?
+        .collect()
+        .await?;
     let schema = rows.first().map(|b| b.schema()).ok_or_else(|| anyhow!("table {table} is empty"))?;
     ctx.register_table("__sample", Arc::new(MemTable::try_new(schema, vec![rows])?))?;
 
@@ -130,7 +149,8 @@ impl OrderComparison {
     /// The side-by-side table.
     pub fn to_text(&self) -> String {
         let r = |f: &dyn Fn(&OrderRun) -> String| format!("{:>14} {:>14}", f(&self.length), f(&self.original));
-        let mut out = format!("{} rows of {}\n{:<22} {:>14} {:>14}\n", self.sample, self.table, "", "length", "original");
+        let mut out =
+            format!("{} rows of {}\n{:<22} {:>14} {:>14}\n", self.sample, self.table, "", "length", "original");
         out += &format!("{:<22} {}\n", "documents", r(&|x| x.documents.to_string()));
         out += &format!("{:<22} {}\n", "useful tokens", r(&|x| x.useful_tokens.to_string()));
         out += &format!("{:<22} {}\n", "processed tokens", r(&|x| x.processed_tokens.to_string()));
@@ -139,7 +159,11 @@ impl OrderComparison {
         out += &format!("{:<22} {}\n", "useful tokens/s", r(&|x| format!("{:.0}", x.useful_tokens_per_second)));
         out += &format!("{:<22} {}\n", "wall s", r(&|x| format!("{:.2}", x.wall_seconds)));
         out += &format!("length order is {:.2}x the original order in useful tokens/s\n", self.speedup);
-        out += &format!("largest per-id vector difference: {:.3e} ({})\n", self.max_abs_diff, if self.passed { "PASS, at most 1e-5" } else { "FAIL, above 1e-5" });
+        out += &format!(
+            "largest per-id vector difference: {:.3e} ({})\n",
+            self.max_abs_diff,
+            if self.passed { "PASS, at most 1e-5" } else { "FAIL, above 1e-5" }
+        );
         out
     }
 }

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::campaign::Fingerprint;
 use crate::lance::compare::cosine_and_max_diff;
-use crate::model::{registry, TextEmbedder};
+use crate::model::{TextEmbedder, registry};
 use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 
@@ -30,16 +30,29 @@ pub struct InvarianceReport {
 }
 
 /// Run the job's set-up statements, draw the sample, embed it both ways and report.
-pub async fn check(file: &Path, sample: usize, table: Option<&str>, column: &str, max_diff: f64, json: bool) -> anyhow::Result<()> {
+pub async fn check(
+    file: &Path,
+    sample: usize,
+    table: Option<&str>,
+    column: &str,
+    max_diff: f64,
+    json: bool,
+) -> anyhow::Result<()> {
     let session = EmbedSession::new()?;
     let ctx = session.context();
     let first_table = super::job::run_setup(&session, file).await?;
-    let table = table.map(str::to_string).or(first_table).ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
-    let sql = format!("SELECT CAST(\"{column}\" AS VARCHAR) FROM {table} WHERE \"{column}\" IS NOT NULL LIMIT {sample}");
+    let table = table
+        .map(str::to_string)
+        .or(first_table)
+        .ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
+    let sql =
+        format!("SELECT CAST(\"{column}\" AS VARCHAR) FROM {table} WHERE \"{column}\" IS NOT NULL LIMIT {sample}");
     let batches = ctx.sql(&sql).await?.collect().await?;
     let texts: Vec<String> = batches
         .iter()
-        .flat_map(|b| b.column(0).as_string_view().iter().map(|s| s.unwrap_or_default().to_string()).collect::<Vec<_>>())
+        .flat_map(|b| {
+            b.column(0).as_string_view().iter().map(|s| s.unwrap_or_default().to_string()).collect::<Vec<_>>()
+        })
         .collect();
     if texts.is_empty() {
         bail!("table {table} has no non-NULL {column} to sample");
@@ -47,7 +60,7 @@ pub async fn check(file: &Path, sample: usize, table: Option<&str>, column: &str
 
     let options = ctx.state().config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
     let (settings, _) = Fingerprint::for_options(&options)?;
-    let embedder = registry::get_or_load(Path::new(&options.model), options.resolved_intra_threads())?;
+    let embedder = registry::for_options(&options)?;
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<InvarianceReport> {
         let all: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         let batched = embedder.embed(&all, &settings)?;

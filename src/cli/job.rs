@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
+use anyhow::{Context, anyhow};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 
 use crate::script::split_statements;

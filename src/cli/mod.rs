@@ -36,6 +36,9 @@ pub enum Command {
     Run {
         /// The job file.
         file: PathBuf,
+        /// Where the model runs: cpu, cuda or cuda:N (sets embed.device; a SET in the job wins).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
         /// Start every Lance output over: embed all rows again and commit them as a new version that
         /// replaces the rows (older versions stay readable), instead of resuming.
         #[arg(long)]
@@ -119,9 +122,9 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         crate::model::runtime::set_library_path(lib);
     }
     match cli.command {
-        Command::Run { file, restart } => {
+        Command::Run { file, restart, device } => {
             stop_on_signals();
-            run::run_file(&file, restart, cli.quiet).await
+            run::run_file(&file, restart, device, cli.quiet).await
         }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Compare { a, b, min_cosine, json, id_column, column } => {

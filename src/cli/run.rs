@@ -5,23 +5,23 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{anyhow, Context};
+use anyhow::{Context, anyhow};
 use datafusion::logical_expr::LogicalPlan;
 use futures::StreamExt;
 
 use super::display::format_batches;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
-use crate::lance::resume::{count_done, dataset_exists, write_target, WriteTarget};
+use crate::lance::resume::{WriteTarget, count_done, dataset_exists, write_target};
 use crate::options::EmbedOptions;
-use crate::script::{split_statements, Statement};
+use crate::script::{Statement, split_statements};
 use crate::session::EmbedSession;
 
 /// Rows of one query's result shown before the rest is cut off.
 const MAX_SHOWN_ROWS: usize = 1000;
 
 /// Run a job file. The error names the statement and its line.
-pub async fn run_file(file: &Path, restart: bool, quiet: bool) -> anyhow::Result<()> {
+pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet: bool) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
     let statements = split_statements(&text);
     if statements.is_empty() {
@@ -29,6 +29,9 @@ pub async fn run_file(file: &Path, restart: bool, quiet: bool) -> anyhow::Result
     }
     let mut options = EmbedOptions::default();
     options.restart = restart;
+    if let Some(device) = device {
+        options.device = device;
+    }
     let session = EmbedSession::with_options(options)?;
     let started = Instant::now();
     for stmt in &statements {
@@ -78,7 +81,12 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
         if !quiet && let Some(last) = commits.last() {
             let rows: u64 = commits.iter().map(|w| w.rows).sum();
             let seconds: f64 = commits.iter().map(|w| w.elapsed.as_secs_f64()).sum();
-            println!("wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)", last.uri, commits.len(), last.version);
+            println!(
+                "wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)",
+                last.uri,
+                commits.len(),
+                last.version
+            );
         } else if !quiet {
             println!("nothing new to write: every id is already in the output");
         }
@@ -88,7 +96,12 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
                     println!(
                         "note: the previous version's vectors came from {} on {} (ONNX Runtime {}); these from {} on {} (ONNX Runtime {}). \
                          The fingerprint matches; `pipeline compare` checks how close they are.",
-                        before.provider, before.device, before.onnxruntime_version, now.provider, now.device, now.onnxruntime_version
+                        before.provider,
+                        before.device,
+                        before.onnxruntime_version,
+                        now.provider,
+                        now.device,
+                        now.onnxruntime_version
                     );
                 }
             }
@@ -152,10 +165,13 @@ impl Progress {
             None => indicatif::ProgressBar::no_length(),
         };
         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        let style = indicatif::ProgressStyle::with_template("{bar:30} {human_pos}/{human_len} documents  {msg}  {elapsed} elapsed, {eta} left")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        let style = indicatif::ProgressStyle::with_template(
+            "{bar:30} {human_pos}/{human_len} documents  {msg}  {elapsed} elapsed, {eta} left",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
         bar.set_style(style);
-        let (metrics, before, started) = (std::sync::Arc::clone(session.metrics()), session.metrics().progress(), Instant::now());
+        let (metrics, before, started) =
+            (std::sync::Arc::clone(session.metrics()), session.metrics().progress(), Instant::now());
         let ticking = bar.clone();
         let ticker = tokio::spawn(async move {
             loop {

@@ -54,16 +54,20 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
     }
     let q = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
     let (id, v) = (q(id_column), q(vector_column));
-    let err = |e: datafusion::error::DataFusionError| Error::Lance { uri: format!("{a} vs {b}"), message: e.to_string() };
+    let err =
+        |e: datafusion::error::DataFusionError| Error::Lance { uri: format!("{a} vs {b}"), message: e.to_string() };
 
     let mut sides = Vec::new();
     for (left, right) in [("a", "b"), ("b", "a")] {
-        let sql = format!("SELECT CAST({left}.{id} AS VARCHAR) FROM {left} LEFT ANTI JOIN {right} ON {left}.{id} = {right}.{id}");
+        let sql = format!(
+            "SELECT CAST({left}.{id} AS VARCHAR) FROM {left} LEFT ANTI JOIN {right} ON {left}.{id} = {right}.{id}"
+        );
         let mut stream = ctx.sql(&sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
         let (mut count, mut examples) = (0u64, Vec::new());
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(err)?;
-            let ids = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Utf8).map_err(|e| err(e.into()))?;
+            let ids = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Utf8)
+                .map_err(|e| err(e.into()))?;
             for s in ids.as_string::<i32>().iter().take(EXAMPLES.saturating_sub(examples.len())) {
                 examples.push(s.unwrap_or("NULL").to_string());
             }
@@ -92,7 +96,10 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
             let (x, y) = (va.value(i), vb.value(i));
             let (x, y) = (x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values());
             if x.len() != y.len() {
-                return Err(Error::Lance { uri: format!("{a} vs {b}"), message: format!("vectors of {} and {} dimensions", x.len(), y.len()) });
+                return Err(Error::Lance {
+                    uri: format!("{a} vs {b}"),
+                    message: format!("vectors of {} and {} dimensions", x.len(), y.len()),
+                });
             }
             let (c, d) = cosine_and_max_diff(x, y);
             min_cos = min_cos.min(c);
@@ -101,7 +108,8 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
             n += 1;
         }
     }
-    let (min_cosine_v, mean, max) = if n > 0 { (Some(min_cos), Some(sum / n as f64), Some(max_abs)) } else { (None, None, None) };
+    let (min_cosine_v, mean, max) =
+        if n > 0 { (Some(min_cos), Some(sum / n as f64), Some(max_abs)) } else { (None, None, None) };
     let ((only_a, ex_a), (only_b, ex_b)) = (sides[0].clone(), sides[1].clone());
     let passed = only_a == 0 && only_b == 0 && null_mismatches == 0 && min_cosine_v.is_none_or(|c| c >= min_cosine);
     Ok(CompareReport {
@@ -147,8 +155,15 @@ impl CompareReport {
             out += &format!("  NULL on one side only: {}\n", self.null_mismatches);
         }
         out += &format!("  cosine: min {}, mean {}\n", f(self.min_cosine), f(self.mean_cosine));
-        out += &format!("  max abs difference: {}\n", self.max_abs_diff.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "n/a".into()));
-        out += &format!("  {} (min cosine threshold {})\n", if self.passed { "PASS" } else { "FAIL" }, self.min_cosine_threshold);
+        out += &format!(
+            "  max abs difference: {}\n",
+            self.max_abs_diff.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "n/a".into())
+        );
+        out += &format!(
+            "  {} (min cosine threshold {})\n",
+            if self.passed { "PASS" } else { "FAIL" },
+            self.min_cosine_threshold
+        );
         out
     }
 }

@@ -8,19 +8,19 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
-use datafusion::common::{not_impl_err, GetExt, Result, Statistics};
+use datafusion::common::{GetExt, Result, Statistics, not_impl_err};
 use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::{FileFormat, FileFormatFactory};
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSinkConfig, FileSource};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::datasource::table_schema::TableSchema;
+use datafusion::object_store::{ObjectMeta, ObjectStore};
 use datafusion::physical_expr::LexRequirement;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::object_store::{ObjectMeta, ObjectStore};
 
 use super::sink::fingerprint_of_columns;
-use super::{dataset_uri, LanceSink};
+use super::{LanceSink, dataset_uri};
 use crate::metrics::RunMetrics;
 
 const READ_HINT: &str = "read a Lance dataset with CREATE EXTERNAL TABLE t STORED AS LANCE LOCATION '…'";
@@ -81,7 +81,13 @@ impl FileFormat for LanceFormat {
         not_impl_err!("{READ_HINT}")
     }
 
-    async fn infer_stats(&self, _s: &dyn Session, _o: &Arc<dyn ObjectStore>, _t: SchemaRef, _m: &ObjectMeta) -> Result<Statistics> {
+    async fn infer_stats(
+        &self,
+        _s: &dyn Session,
+        _o: &Arc<dyn ObjectStore>,
+        _t: SchemaRef,
+        _m: &ObjectMeta,
+    ) -> Result<Statistics> {
         not_impl_err!("{READ_HINT}")
     }
 
@@ -101,7 +107,12 @@ impl FileFormat for LanceFormat {
         }
         // The output schema here is the logical one, which still carries embed()'s fingerprint.
         let fingerprint = fingerprint_of_columns(&conf.output_schema)?;
-        let sink = LanceSink::new(dataset_uri(&conf.original_url), Arc::clone(&conf.output_schema), fingerprint, Arc::clone(&self.metrics));
+        let sink = LanceSink::new(
+            dataset_uri(&conf.original_url),
+            Arc::clone(&conf.output_schema),
+            fingerprint,
+            Arc::clone(&self.metrics),
+        );
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
-use lance::datafusion::LanceTableProvider;
 use lance::Dataset;
+use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
 use super::sink::fingerprint_of_dataset;
-use crate::campaign::{Fingerprint, RunRecord, RUN_RECORD_KEY};
+use crate::campaign::{Fingerprint, RUN_RECORD_KEY, RunRecord};
 use crate::error::{Error, Result};
 
 /// Everything `pipeline inspect` shows.
@@ -61,7 +61,8 @@ fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
 /// Inspect the dataset at `uri`; `id_column` names the ids to check.
 pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
     let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
-    let fingerprint = fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: uri.into(), message: e.to_string() })?;
+    let fingerprint =
+        fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: uri.into(), message: e.to_string() })?;
     let tags: BTreeMap<String, u64> =
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
     let mut versions = Vec::new();
@@ -79,7 +80,11 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
         });
     }
     let rows = ds.count_rows(None).await.map_err(lance_err(uri))? as u64;
-    let ids = if ds.schema().field(id_column).is_some() { Some(check_ids(Arc::new(ds.clone()), id_column).await?) } else { None };
+    let ids = if ds.schema().field(id_column).is_some() {
+        Some(check_ids(Arc::new(ds.clone()), id_column).await?)
+    } else {
+        None
+    };
     Ok(DatasetReport { uri: uri.to_string(), version: ds.version().version, rows, fingerprint, ids, tags, versions })
 }
 
@@ -97,7 +102,12 @@ async fn check_ids(ds: Arc<Dataset>, column: &str) -> Result<IdReport> {
         batches[0].column(i).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0) as u64
     };
     let (rows, non_null, distinct) = (get(0), get(1), get(2));
-    Ok(IdReport { column: column.to_string(), unique: non_null == rows && distinct == rows, distinct, nulls: rows - non_null })
+    Ok(IdReport {
+        column: column.to_string(),
+        unique: non_null == rows && distinct == rows,
+        distinct,
+        nulls: rows - non_null,
+    })
 }
 
 impl DatasetReport {
@@ -107,7 +117,10 @@ impl DatasetReport {
         match &self.ids {
             Some(ids) if ids.unique => out += &format!("  ids ({}): unique\n", ids.column),
             Some(ids) => {
-                out += &format!("  ids ({}): NOT unique: {} distinct, {} NULL, of {} rows\n", ids.column, ids.distinct, ids.nulls, self.rows)
+                out += &format!(
+                    "  ids ({}): NOT unique: {} distinct, {} NULL, of {} rows\n",
+                    ids.column, ids.distinct, ids.nulls, self.rows
+                )
             }
             None => out += "  ids: no id column\n",
         }

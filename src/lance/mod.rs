@@ -37,5 +37,8 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
         Some(tag) => builder = builder.with_tag(tag),
         None => {}
     }
-    builder.load().await.map_err(|e| crate::Error::Lance { uri: location.to_string(), message: format!("cannot open: {e}") })
+    builder
+        .load()
+        .await
+        .map_err(|e| crate::Error::Lance { uri: location.to_string(), message: format!("cannot open: {e}") })
 }

@@ -9,28 +9,28 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, Result};
 use datafusion::datasource::file_format::DefaultFileType;
-use datafusion::datasource::{provider_as_source, source_as_provider, TableType};
-use datafusion::logical_expr::{
-    ident, DmlStatement, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp,
-};
-use datafusion::optimizer::AnalyzerRule;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::cast;
+use datafusion::datasource::{TableType, provider_as_source, source_as_provider};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{
+    DmlStatement, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp, ident,
+};
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use lance::Dataset;
 
-use super::{dataset_uri, LanceTable};
+use super::{LanceTable, dataset_uri};
 use crate::options::EmbedOptions;
 
 /// Where a write plan sends its rows, and the rows it sends.
@@ -45,7 +45,9 @@ pub struct WriteTarget {
 /// The Lance dataset a COPY or INSERT writes to, if the plan is one.
 pub fn write_target(plan: &LogicalPlan) -> Option<WriteTarget> {
     match plan {
-        LogicalPlan::Copy(copy) if is_lance_type(copy) => Some(WriteTarget { uri: dataset_uri(&copy.output_url), input: Arc::clone(&copy.input) }),
+        LogicalPlan::Copy(copy) if is_lance_type(copy) => {
+            Some(WriteTarget { uri: dataset_uri(&copy.output_url), input: Arc::clone(&copy.input) })
+        }
         LogicalPlan::Dml(DmlStatement { target, op: WriteOp::Insert(_), input, .. }) => {
             let provider = source_as_provider(target).ok()?;
             let table = provider.as_ref().downcast_ref::<LanceTable>()?;
@@ -105,7 +107,8 @@ impl TableProvider for ExistingIds {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let ids = Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
+        let ids =
+            Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
         Ok(Arc::new(StreamingTableExec::try_new(Arc::clone(&self.schema), vec![ids], projection, [], false, limit)?))
     }
 }
@@ -132,10 +135,15 @@ impl PartitionStream for IdStream {
         let out_schema = Arc::clone(&schema);
         let batches = futures::stream::once(async move {
             type Batches = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>>;
-            let lance_err = |e: lance::Error| -> DataFusionError { crate::Error::Lance { uri: uri.clone(), message: e.to_string() }.into() };
+            let lance_err = |e: lance::Error| -> DataFusionError {
+                crate::Error::Lance { uri: uri.clone(), message: e.to_string() }.into()
+            };
             let ds = Dataset::open(&uri).await.map_err(lance_err)?;
             if ds.schema().field(&column).is_none() {
-                let e = crate::Error::Lance { uri: uri.clone(), message: format!("has no id column `{column}` to resume by") };
+                let e = crate::Error::Lance {
+                    uri: uri.clone(),
+                    message: format!("has no id column `{column}` to resume by"),
+                };
                 return Err(DataFusionError::from(e));
             }
             let mut scan = ds.scan();
@@ -224,7 +232,11 @@ fn calls_embed(e: &Expr) -> bool {
 }
 
 /// How many of the input's ids the dataset already holds.
-pub async fn count_done(state: &datafusion::execution::SessionState, target: &WriteTarget, column: &str) -> Result<u64> {
+pub async fn count_done(
+    state: &datafusion::execution::SessionState,
+    target: &WriteTarget,
+    column: &str,
+) -> Result<u64> {
     if !dataset_exists(&target.uri) {
         return Ok(0);
     }

@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::common::{Result, exec_datafusion_err};
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use futures::StreamExt;
-use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 use lance::Dataset;
+use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
-use crate::campaign::{interrupt, Fingerprint, RunRecord, FINGERPRINT_KEY, RUN_RECORD_KEY};
+use crate::campaign::{FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport};
 use crate::options::EmbedOptions;
@@ -65,7 +65,8 @@ pub fn fingerprint_of_columns(schema: &Schema) -> Result<Option<Fingerprint>> {
     let mut found: Option<(String, Fingerprint)> = None;
     for field in schema.fields() {
         let Some(json) = field.metadata().get(FINGERPRINT_KEY) else { continue };
-        let fp = Fingerprint::from_json(json).map_err(|e| exec_datafusion_err!("column {}: unreadable fingerprint: {e}", field.name()))?;
+        let fp = Fingerprint::from_json(json)
+            .map_err(|e| exec_datafusion_err!("column {}: unreadable fingerprint: {e}", field.name()))?;
         match &found {
             Some((other, seen)) if *seen != fp => {
                 return Err(exec_datafusion_err!(
@@ -100,11 +101,16 @@ fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&Finge
     };
     match (stored, new) {
         (Some(a), Some(b)) if a != b => {
-            let lines: Vec<String> =
-                a.differences(b).into_iter().map(|(k, old, new)| format!("  {k}: dataset {old}, this run {new}")).collect();
+            let lines: Vec<String> = a
+                .differences(b)
+                .into_iter()
+                .map(|(k, old, new)| format!("  {k}: dataset {old}, this run {new}"))
+                .collect();
             refuse(lines.join("\n"))
         }
-        (Some(_), None) => refuse("  this write carries no embed() fingerprint (its vectors were not made by embed())".into()),
+        (Some(_), None) => {
+            refuse("  this write carries no embed() fingerprint (its vectors were not made by embed())".into())
+        }
         (None, Some(_)) => refuse("  the dataset holds no fingerprint (it was not written by embed())".into()),
         _ => Ok(()),
     }
@@ -201,7 +207,9 @@ impl DataSink for LanceSink {
             }
             if interrupt::stop_requested() {
                 writer.commit(std::mem::take(&mut buffer), true).await?;
-                return Err(Error::Interrupted { uri: self.uri.clone(), rows: writer.rows, version: writer.version }.into());
+                return Err(
+                    Error::Interrupted { uri: self.uri.clone(), rows: writer.rows, version: writer.version }.into()
+                );
             }
             if buffered > 0 && writer.since.elapsed() >= commit_every {
                 writer.commit(std::mem::take(&mut buffer), false).await?;
@@ -232,7 +240,10 @@ impl Committer<'_> {
             return Ok(());
         }
         let started = Instant::now();
-        let batches = batches.into_iter().map(|b| b.with_schema(Arc::clone(&self.schema))).collect::<std::result::Result<Vec<_>, _>>()?;
+        let batches = batches
+            .into_iter()
+            .map(|b| b.with_schema(Arc::clone(&self.schema)))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let params = WriteParams { mode: self.mode, ..Default::default() };
         let mut transaction = InsertBuilder::new(self.sink.uri.as_str())
             .with_params(&params)
@@ -250,7 +261,10 @@ impl Committer<'_> {
         // the properties must sit on the transaction itself.
         let json = serde_json::to_string(&record).unwrap_or_default();
         transaction.transaction_properties = Some(Arc::new(HashMap::from([(RUN_RECORD_KEY.to_string(), json)])));
-        let dataset = CommitBuilder::new(self.sink.uri.as_str()).execute(transaction).await.map_err(|e| self.sink.lance_err(e))?;
+        let dataset = CommitBuilder::new(self.sink.uri.as_str())
+            .execute(transaction)
+            .await
+            .map_err(|e| self.sink.lance_err(e))?;
         let version = dataset.version().version;
         record.write_seconds = started.elapsed().as_secs_f64();
         self.sink.metrics.record_write(WriteReport {

@@ -7,21 +7,21 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
-use datafusion::common::{not_impl_err, plan_err, Result};
-use datafusion::datasource::sink::DataSinkExec;
+use datafusion::common::{Result, not_impl_err, plan_err};
 use datafusion::datasource::TableType;
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{CreateExternalTable, Expr, LogicalPlan, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use lance::dataset::builder::DatasetBuilder;
 use lance::datafusion::LanceTableProvider;
+use lance::dataset::builder::DatasetBuilder;
 
-use super::{dataset_uri, LanceSink};
+use super::{LanceSink, dataset_uri};
 use crate::campaign::Fingerprint;
-use crate::options::EmbedOptions;
-use datafusion::arrow::datatypes::DataType;
 use crate::error::Error;
 use crate::metrics::RunMetrics;
+use crate::options::EmbedOptions;
+use datafusion::arrow::datatypes::DataType;
 
 /// Builds [`LanceTable`]s for `STORED AS LANCE`.
 #[derive(Debug)]
@@ -46,7 +46,10 @@ impl TableProviderFactory for LanceTableFactory {
             match key.strip_prefix("format.").unwrap_or(key) {
                 "version" => {
                     let v: u64 = value.parse().map_err(|_| {
-                        datafusion::error::DataFusionError::Plan(format!("table {}: option version '{value}' is not a version number", cmd.name))
+                        datafusion::error::DataFusionError::Plan(format!(
+                            "table {}: option version '{value}' is not a version number",
+                            cmd.name
+                        ))
                     })?;
                     builder = builder.with_version(v);
                     pinned = Some(format!("version {v}"));
@@ -55,7 +58,12 @@ impl TableProviderFactory for LanceTableFactory {
                     builder = builder.with_tag(value);
                     pinned = Some(format!("tag '{value}'"));
                 }
-                other => return plan_err!("table {}: unknown option '{other}' for STORED AS LANCE; use 'version' or 'tag'", cmd.name),
+                other => {
+                    return plan_err!(
+                        "table {}: unknown option '{other}' for STORED AS LANCE; use 'version' or 'tag'",
+                        cmd.name
+                    );
+                }
             }
         }
         let dataset = builder.load().await.map_err(|e| Error::Lance {
@@ -122,13 +130,15 @@ impl TableProvider for LanceTable {
             return not_impl_err!("{insert_op} into a Lance table is not supported; use INSERT INTO");
         }
         if let Some(pinned) = &self.pinned {
-            return plan_err!("this Lance table is pinned to {pinned}; INSERT into a table created without 'version' or 'tag'");
+            return plan_err!(
+                "this Lance table is pinned to {pinned}; INSERT into a table created without 'version' or 'tag'"
+            );
         }
         // NOTE: an INSERT's physical input has lost embed()'s field metadata (see sink.rs), so vector
         // columns are taken to be made under the session's current embed.* settings.
-        let has_vectors = input.schema().fields().iter().any(|f| {
-            matches!(f.data_type(), DataType::FixedSizeList(child, _) if child.data_type() == &DataType::Float32)
-        });
+        let has_vectors = input.schema().fields().iter().any(
+            |f| matches!(f.data_type(), DataType::FixedSizeList(child, _) if child.data_type() == &DataType::Float32),
+        );
         let fingerprint = if has_vectors {
             let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
             Some(Fingerprint::for_options(&options).map(|(_, fp)| fp)?)

@@ -44,7 +44,10 @@ mod tests {
     #[test]
     fn fixed_batches_keep_the_input_order() {
         let b = plan_fixed_batches(&[3, 9, 4, 1, 7], 2);
-        assert_eq!(b.iter().map(|b| (b.rows.clone(), b.padded_len)).collect::<Vec<_>>(), [(vec![0, 1], 9), (vec![2, 3], 4), (vec![4], 7)]);
+        assert_eq!(
+            b.iter().map(|b| (b.rows.clone(), b.padded_len)).collect::<Vec<_>>(),
+            [(vec![0, 1], 9), (vec![2, 3], 4), (vec![4], 7)]
+        );
     }
 
     #[test]

@@ -5,16 +5,17 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ort::session::builder::GraphOptimizationLevel;
+use ort::ep::ExecutionProvider;
 use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
 use ort::value::Tensor;
 
 use crate::error::{Error, Result};
-use crate::model::batching::{plan_batches, plan_fixed_batches, Batch};
+use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
-use crate::model::{runtime, DeviceInfo, ModelSpec};
-use crate::options::{CallSettings, Order, ORIGINAL_BATCH_ROWS};
+use crate::model::{Device, DeviceInfo, ModelSpec, runtime};
+use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -91,7 +92,12 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
         self.embed_with_progress(texts, settings, &|_, _| {})
     }
     /// [`TextEmbedder::embed`], calling `progress(texts, useful_tokens)` after each model call.
-    fn embed_with_progress(&self, texts: &[Option<&str>], settings: &CallSettings, progress: &dyn Fn(u64, u64)) -> Result<Embedded>;
+    fn embed_with_progress(
+        &self,
+        texts: &[Option<&str>],
+        settings: &CallSettings,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<Embedded>;
 }
 
 /// Which graph output carries the result.
@@ -117,16 +123,47 @@ pub struct Embedder {
 impl Embedder {
     /// Load the tokenizer and build an ONNX Runtime session for the model, checking that its inputs and
     /// outputs are ones we can serve.
-    pub fn load(spec: ModelSpec, intra_threads: usize) -> Result<Self> {
+    pub fn load(spec: ModelSpec, intra_threads: usize, device: &Device, allow_cpu_fallback: bool) -> Result<Self> {
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
         let env = runtime::environment()?;
+        let library = runtime::loaded_library().unwrap_or(Path::new("")).to_path_buf();
         let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
         let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
-        let session = Session::builder(env)
+        let device_err = |message: String| Error::Device { device: device.name(), message };
+        let mut builder = Session::builder(env)
             .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
             .and_then(|b| Ok(b.with_intra_threads(intra_threads.max(1))?))
-            .and_then(|mut b| Ok(b.commit_from_file(&spec.onnx_path)?))
             .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+        let info = match device {
+            Device::Cpu => DeviceInfo::cpu(&library, intra_threads.max(1)),
+            Device::Cuda(ids) => {
+                let [id] = ids.as_slice() else {
+                    return Err(device_err("one GPU per run for now; several (cuda:0,1) are not supported yet".into()));
+                };
+                if !ort::ep::CUDA::is_available().unwrap_or(false) {
+                    return Err(device_err(format!(
+                        "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Point --ort-lib \
+                         at the GPU build of ONNX Runtime 1.31.1 (the onnxruntime-gpu==1.31.1 wheel, built for CUDA 13 and \
+                         cuDNN 9), with libonnxruntime_providers_cuda.so beside it",
+                        library.display()
+                    )));
+                }
+                let cuda = ort::ep::CUDA::default().with_device_id(*id).build().error_on_failure();
+                builder = builder
+                    .with_execution_providers([cuda])
+                    .map_err(|e| device_err(format!("the CUDA execution provider could not start: {e}. Check the NVIDIA driver and the CUDA 13 and cuDNN 9 libraries")))?;
+                if !allow_cpu_fallback {
+                    builder = builder.with_disable_cpu_fallback().map_err(|e| device_err(e.to_string()))?;
+                }
+                DeviceInfo::cuda(&library, *id)
+            }
+        };
+        let session = builder.commit_from_file(&spec.onnx_path).map_err(|e| match device {
+            Device::Cpu => bad(format!("cannot load: {e}")),
+            Device::Cuda(_) => device_err(format!(
+                "the model could not be placed on the GPU: {e}. SET embed.allow_cpu_fallback = true to let unsupported nodes run on the CPU"
+            )),
+        })?;
 
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for required in ["input_ids", "attention_mask"] {
@@ -135,7 +172,9 @@ impl Embedder {
             }
         }
         if let Some(other) = inputs.iter().find(|n| !["input_ids", "attention_mask", "token_type_ids"].contains(n)) {
-            return Err(bad(format!("has an input `{other}` we cannot feed; expected input_ids, attention_mask, token_type_ids")));
+            return Err(bad(format!(
+                "has an input `{other}` we cannot feed; expected input_ids, attention_mask, token_type_ids"
+            )));
         }
         let with_token_types = inputs.contains(&"token_type_ids");
 
@@ -164,11 +203,16 @@ impl Embedder {
                 spec.dim
             )));
         }
-        let device = DeviceInfo::cpu(runtime::loaded_library().unwrap_or(Path::new("")), intra_threads.max(1));
-        Ok(Self { spec, device, tokenizer, session: Mutex::new(session), with_token_types, output })
+        Ok(Self { spec, device: info, tokenizer, session: Mutex::new(session), with_token_types, output })
     }
 
-    fn run_batch(&self, tokens: &[Tokenized], batch: &Batch, settings: &CallSettings, out: &mut [Vec<f32>]) -> Result<()> {
+    fn run_batch(
+        &self,
+        tokens: &[Tokenized],
+        batch: &Batch,
+        settings: &CallSettings,
+        out: &mut [Vec<f32>],
+    ) -> Result<()> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut ids = vec![self.spec.pad_id as i64; rows * len];
         let mut mask = vec![0i64; rows * len];
@@ -195,13 +239,21 @@ impl Embedder {
         match &self.output {
             Output::TokenStates(name) => {
                 let (shape, data) = outputs[name.as_str()].try_extract_tensor::<f32>()?;
-                if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim {
-                    return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {len}, {dim}]")));
+                if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim
+                {
+                    return Err(Error::Onnx(format!(
+                        "output `{name}` has shape {shape:?}, expected [{rows}, {len}, {dim}]"
+                    )));
                 }
                 for (r, &row) in batch.rows.iter().enumerate() {
                     let v = &mut out[row];
                     v.resize(dim, 0.0);
-                    settings.pooling.pool_row(&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len], dim, v);
+                    settings.pooling.pool_row(
+                        &data[r * len * dim..(r + 1) * len * dim],
+                        &mask[r * len..(r + 1) * len],
+                        dim,
+                        v,
+                    );
                 }
             }
             Output::Sentence(name) => {
@@ -224,7 +276,8 @@ impl Embedder {
     pub fn token_lengths(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<usize>> {
         let present: Vec<String> = texts.iter().flatten().map(|t| format!("{}{t}", settings.prefix)).collect();
         let strs: Vec<&str> = present.iter().map(String::as_str).collect();
-        let mut counts = self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?.into_iter().map(|t| t.ids.len());
+        let mut counts =
+            self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?.into_iter().map(|t| t.ids.len());
         Ok(texts.iter().map(|t| if t.is_some() { counts.next().unwrap_or(0) } else { 0 }).collect())
     }
 }
@@ -238,7 +291,12 @@ impl TextEmbedder for Embedder {
         &self.device
     }
 
-    fn embed_with_progress(&self, texts: &[Option<&str>], settings: &CallSettings, progress: &dyn Fn(u64, u64)) -> Result<Embedded> {
+    fn embed_with_progress(
+        &self,
+        texts: &[Option<&str>],
+        settings: &CallSettings,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<Embedded> {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
                 key: "pooling",

@@ -16,7 +16,7 @@ pub mod runtime;
 pub mod spec;
 pub mod tokenize;
 
-pub use device::DeviceInfo;
+pub use device::{Device, DeviceInfo};
 pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder};
 pub use pooling::Pooling;
 pub use spec::ModelSpec;

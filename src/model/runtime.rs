@@ -58,11 +58,9 @@ fn candidate() -> std::result::Result<PathBuf, Vec<String>> {
     }
     match installed_library() {
         Some(p) if p.is_file() => Ok(p),
-        Some(p) => Err(vec![
-            "--ort-lib (not given)".into(),
-            "ORT_DYLIB_PATH (not set)".into(),
-            p.display().to_string(),
-        ]),
+        Some(p) => {
+            Err(vec!["--ort-lib (not given)".into(), "ORT_DYLIB_PATH (not set)".into(), p.display().to_string()])
+        }
         None => Err(vec!["--ort-lib (not given)".into(), "ORT_DYLIB_PATH (not set)".into()]),
     }
 }
@@ -87,7 +85,10 @@ fn loaded() -> Result<&'static Loaded> {
     }
     let path = candidate().map_err(|tried| Error::RuntimeNotFound { wanted: ORT_VERSION, tried: tried.join(", ") })?;
     if !path.is_file() {
-        return Err(Error::RuntimeNotFound { wanted: ORT_VERSION, tried: format!("{} (no such file)", path.display()) });
+        return Err(Error::RuntimeNotFound {
+            wanted: ORT_VERSION,
+            tried: format!("{} (no such file)", path.display()),
+        });
     }
     let load_err = |message: String| Error::RuntimeLoad { path: path.clone(), message, wanted: ORT_VERSION };
     let builder = ort::init_from(&path).map_err(|e| load_err(e.to_string()))?;

@@ -77,17 +77,19 @@ impl ModelSpec {
         }
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
         let normalize = modules.iter().any(|m| m.kind.ends_with("Normalize"));
-        let pooling_module = modules.iter().find(|m| m.kind.ends_with("Pooling")).ok_or_else(|| {
-            Error::model(&dir, "modules.json", "has no sentence_transformers.models.Pooling module")
-        })?;
+        let pooling_module = modules
+            .iter()
+            .find(|m| m.kind.ends_with("Pooling"))
+            .ok_or_else(|| Error::model(&dir, "modules.json", "has no sentence_transformers.models.Pooling module"))?;
         let pooling_file = format!("{}/config.json", pooling_module.path.trim_end_matches('/'));
         let pooling_cfg: PoolingConfig = read_json(&dir, &pooling_file)?;
         let pooling = pooling_mode(&dir, &pooling_file, &pooling_cfg)?;
 
         let sbert: SbertConfig = read_json(&dir, "sentence_bert_config.json")?;
-        let max_seq_length = sbert.max_seq_length.filter(|n| *n >= 2).ok_or_else(|| {
-            Error::model(&dir, "sentence_bert_config.json", "needs a max_seq_length of at least 2")
-        })?;
+        let max_seq_length = sbert
+            .max_seq_length
+            .filter(|n| *n >= 2)
+            .ok_or_else(|| Error::model(&dir, "sentence_bert_config.json", "needs a max_seq_length of at least 2"))?;
 
         let hf: HfConfig = read_json(&dir, "config.json")?;
         if let Some(hidden) = hf.hidden_size
@@ -136,16 +138,17 @@ impl ModelSpec {
 
     /// The directory's last component, used as the model's name in records.
     pub fn name(&self) -> String {
-        self.dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| self.dir.display().to_string())
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| self.dir.display().to_string())
     }
 }
 
 fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> {
     if cfg.pooling_mode_mean_sqrt_len_tokens {
-        return Err(Error::model(dir, file, "pooling_mode_mean_sqrt_len_tokens is not supported; use mean, cls or max"));
+        return Err(Error::model(
+            dir,
+            file,
+            "pooling_mode_mean_sqrt_len_tokens is not supported; use mean, cls or max",
+        ));
     }
     let modes = [
         (cfg.pooling_mode_mean_tokens, Pooling::Mean),
@@ -155,8 +158,14 @@ fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> 
     let mut on = modes.iter().filter(|(set, _)| *set).map(|(_, p)| *p);
     match (on.next(), on.next()) {
         (Some(p), None) => Ok(p),
-        (None, _) => Err(Error::model(dir, file, "sets no pooling mode; set one of pooling_mode_mean_tokens, _cls_token, _max_tokens")),
-        (Some(_), Some(_)) => Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported")),
+        (None, _) => Err(Error::model(
+            dir,
+            file,
+            "sets no pooling mode; set one of pooling_mode_mean_tokens, _cls_token, _max_tokens",
+        )),
+        (Some(_), Some(_)) => {
+            Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported"))
+        }
     }
 }
 
@@ -205,8 +214,14 @@ mod tests {
         let cases: [(&str, Box<dyn Fn(&Path)>); 7] = [
             ("modules.json", Box::new(|d| std::fs::remove_file(d.join("modules.json")).unwrap())),
             ("1_Pooling/config.json", Box::new(|d| std::fs::remove_file(d.join("1_Pooling/config.json")).unwrap())),
-            ("sentence_bert_config.json", Box::new(|d| std::fs::write(d.join("sentence_bert_config.json"), "{}").unwrap())),
-            ("1_Pooling/config.json", Box::new(|d| std::fs::write(d.join("config.json"), r#"{"hidden_size": 9}"#).unwrap())),
+            (
+                "sentence_bert_config.json",
+                Box::new(|d| std::fs::write(d.join("sentence_bert_config.json"), "{}").unwrap()),
+            ),
+            (
+                "1_Pooling/config.json",
+                Box::new(|d| std::fs::write(d.join("config.json"), r#"{"hidden_size": 9}"#).unwrap()),
+            ),
             ("tokenizer.json", Box::new(|d| std::fs::remove_file(d.join("tokenizer.json")).unwrap())),
             ("onnx/model.onnx", Box::new(|d| std::fs::remove_file(d.join("onnx/model.onnx")).unwrap())),
             (

@@ -61,13 +61,11 @@ pub struct TextTokenizer {
 impl TextTokenizer {
     /// Load `tokenizer.json`. `dir` only serves to name the model in errors.
     pub fn from_file(path: &Path, dir: &Path) -> Result<Self> {
-        let mut inner = Tokenizer::from_file(path)
-            .map_err(|e| Error::model(dir, "tokenizer.json", format!("cannot load: {e}")))?;
+        let mut inner =
+            Tokenizer::from_file(path).map_err(|e| Error::model(dir, "tokenizer.json", format!("cannot load: {e}")))?;
         // NOTE: all-MiniLM-L6-v2's tokenizer.json ships truncation at 128 and fixed padding to 128;
         // neither matches sentence-transformers, so both are switched off and done here.
-        inner
-            .with_truncation(None)
-            .map_err(|e| Error::model(dir, "tokenizer.json", e.to_string()))?;
+        inner.with_truncation(None).map_err(|e| Error::model(dir, "tokenizer.json", e.to_string()))?;
         inner.with_padding(None);
         let added = inner.get_post_processor().map(|p| tokenizers::PostProcessor::added_tokens(p, false)).unwrap_or(0);
         Ok(Self { inner, added })
@@ -75,10 +73,7 @@ impl TextTokenizer {
 
     /// Tokenise a batch of texts in parallel, each cut to at most `max_tokens` tokens.
     pub fn tokenize(&self, texts: &[&str], max_tokens: usize, side: TruncationSide) -> Result<Vec<Tokenized>> {
-        let raw = self
-            .inner
-            .encode_batch_fast(texts.to_vec(), false)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let raw = self.inner.encode_batch_fast(texts.to_vec(), false).map_err(|e| Error::Tokenizer(e.to_string()))?;
         let budget = max_tokens.saturating_sub(self.added);
         raw.into_iter().map(|enc| self.finish(enc, budget, side)).collect()
     }

@@ -15,7 +15,6 @@
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::fs::File;
-use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
@@ -23,7 +22,7 @@ use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take_r
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use datafusion::arrow::ipc::reader::FileReader;
 use datafusion::arrow::ipc::writer::FileWriter;
-use datafusion::common::{exec_datafusion_err, Result};
+use datafusion::common::{Result, exec_datafusion_err};
 use datafusion::execution::disk_manager::RefCountedTempFile;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
@@ -34,7 +33,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
-use crate::model::{registry, Embedder};
+use crate::model::{Embedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
 
 /// The ordering stage; see the module docs.
@@ -63,7 +62,11 @@ impl LengthOrderExec {
 impl DisplayAs for LengthOrderExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match self.options.order_window {
-            0 => write!(f, "LengthOrderExec: text={}, window=whole input, memory={} bytes", self.text, self.options.order_memory),
+            0 => write!(
+                f,
+                "LengthOrderExec: text={}, window=whole input, memory={} bytes",
+                self.text, self.options.order_memory
+            ),
             n => write!(f, "LengthOrderExec: text={}, window={n} rows", self.text),
         }
     }
@@ -83,7 +86,8 @@ impl ExecutionPlan for LengthOrderExec {
     }
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children.into_iter().next().ok_or_else(|| exec_datafusion_err!("LengthOrderExec needs one child"))?;
+        let input =
+            children.into_iter().next().ok_or_else(|| exec_datafusion_err!("LengthOrderExec needs one child"))?;
         Ok(Arc::new(Self::try_new(input, Arc::clone(&self.text), self.options.clone())?))
     }
 
@@ -140,16 +144,16 @@ impl Buffer {
         let (head, tail) = (all.slice(0, n), all.slice(n, all.num_rows() - n));
         let mut lengths = self.lengths;
         let tail_lengths = lengths.split_off(n);
-        let part = |b: RecordBatch, l: Vec<u32>| Buffer { bytes: b.get_array_memory_size(), batches: vec![b], lengths: l };
+        let part =
+            |b: RecordBatch, l: Vec<u32>| Buffer { bytes: b.get_array_memory_size(), batches: vec![b], lengths: l };
         Ok((part(head, lengths), part(tail, tail_lengths)))
     }
 }
 
 impl Job {
     async fn run(self, mut input: SendableRecordBatchStream, tx: Sender) -> Result<()> {
-        let model = self.options.model.clone();
-        let threads = self.options.resolved_intra_threads();
-        let embedder = tokio::task::spawn_blocking(move || registry::get_or_load(Path::new(&model), threads))
+        let options = self.options.clone();
+        let embedder = tokio::task::spawn_blocking(move || registry::for_options(&options))
             .await
             .map_err(|e| exec_datafusion_err!("loading the model failed: {e}"))??;
         let window = self.options.order_window;
@@ -281,8 +285,10 @@ impl Job {
             return Ok(true);
         }
         // Exhausted runs are never picked, but interleave wants a batch of the same schema for each.
-        let batches: Vec<RecordBatch> =
-            cursors.iter().map(|c| c.batch.clone().unwrap_or_else(|| RecordBatch::new_empty(c.reader.schema()))).collect();
+        let batches: Vec<RecordBatch> = cursors
+            .iter()
+            .map(|c| c.batch.clone().unwrap_or_else(|| RecordBatch::new_empty(c.reader.schema())))
+            .collect();
         let refs: Vec<&RecordBatch> = batches.iter().collect();
         let merged = interleave_record_batch(&refs, picks)?;
         picks.clear();

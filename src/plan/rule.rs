@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
+use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::Result;
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::async_func::AsyncFuncExec;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::async_func::AsyncFuncExec;
 
 use super::LengthOrderExec;
 use crate::options::EmbedOptions;

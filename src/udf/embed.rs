@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,15 +13,15 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Flo
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::{exec_datafusion_err, plan_err, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue, exec_datafusion_err, plan_err};
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 
-use crate::campaign::{Fingerprint, FINGERPRINT_KEY};
+use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
 use crate::metrics::RunMetrics;
-use crate::model::{registry, ModelSpec, TextEmbedder};
+use crate::model::{ModelSpec, TextEmbedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
 
 /// The vector type for a model of `dim` dimensions.
@@ -136,9 +135,10 @@ impl AsyncScalarUDFImpl for EmbedUdf {
         let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
         let options = self.options.clone();
         let metrics = Arc::clone(&self.metrics);
-        let vectors = tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))
-            .await
-            .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
+        let vectors =
+            tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))
+                .await
+                .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
         Ok(ColumnarValue::Array(vectors))
     }
 }
@@ -151,7 +151,7 @@ fn embed_array(
     resolved: &Resolved,
     metrics: &RunMetrics,
 ) -> Result<ArrayRef> {
-    let embedder = registry::get_or_load(Path::new(&options.model), options.resolved_intra_threads())?;
+    let embedder = registry::for_options(options)?;
     let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
@@ -159,7 +159,10 @@ fn embed_array(
         crate::Error::TooLong { row, tokens, max_tokens } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("id {id}"),
-                None => format!("the text starting {:?} (pass the id as embed(text, id) to have it named)", prefix_of(values[row])),
+                None => format!(
+                    "the text starting {:?} (pass the id as embed(text, id) to have it named)",
+                    prefix_of(values[row])
+                ),
             };
             exec_datafusion_err!(
                 "{who} has {tokens} tokens, more than embed.max_tokens = {max_tokens}, and embed.truncation = 'error'; \

@@ -3,4 +3,4 @@
 
 pub mod embed;
 
-pub use embed::{embed_udfs, EmbedUdf};
+pub use embed::{EmbedUdf, embed_udfs};

@@ -112,7 +112,11 @@ async fn run_record_counts_are_exact() {
     // One partition, so both texts share one model call.
     sql(
         &s,
-        &format!("SET datafusion.execution.target_partitions = 1; SET embed.max_tokens = 16; {}; {}", docs(tmp.path()), copy_to(&out)),
+        &format!(
+            "SET datafusion.execution.target_partitions = 1; SET embed.max_tokens = 16; {}; {}",
+            docs(tmp.path()),
+            copy_to(&out)
+        ),
     )
     .await
     .unwrap();
@@ -143,7 +147,8 @@ async fn tags_mark_versions_that_read_back_from_sql() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.lance").display().to_string();
     let s = session();
-    let first = format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id <> 'c') TO '{out}' STORED AS LANCE");
+    let first =
+        format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id <> 'c') TO '{out}' STORED AS LANCE");
     sql(&s, &format!("{}; SET embed.tag = 'minilm-v1'; {first}", docs(tmp.path()))).await.unwrap();
     // The tag is taken: a second run with it is refused before anything is written.
     let err = sql(&s, &copy_to(&out)).await.unwrap_err().to_string();
@@ -151,7 +156,9 @@ async fn tags_mark_versions_that_read_back_from_sql() {
     sql(&s, &format!("SET embed.tag = ''; {}", copy_to(&out))).await.unwrap();
     let ds = Dataset::open(&out).await.unwrap();
     assert_eq!(ds.version().version, 2);
-    sql(&s, &format!("CREATE EXTERNAL TABLE tagged STORED AS LANCE LOCATION '{out}' OPTIONS ('tag' 'minilm-v1')")).await.unwrap();
+    sql(&s, &format!("CREATE EXTERNAL TABLE tagged STORED AS LANCE LOCATION '{out}' OPTIONS ('tag' 'minilm-v1')"))
+        .await
+        .unwrap();
     assert_eq!(scalar_i64(&sql(&s, "SELECT count(*) FROM tagged").await.unwrap()), 2);
     let j = json_of(&pipeline(&["inspect", &out, "--json"], tmp.path()));
     assert_eq!(j["tags"]["minilm-v1"], 1);
@@ -175,7 +182,10 @@ async fn compare_finds_identical_differing_and_missing() {
     let same = pipeline(&["compare", &a, &a, "--json"], d);
     assert!(same.status.success());
     let j = json_of(&same);
-    assert_eq!((j["matched"].as_u64(), j["min_cosine"].as_f64(), j["max_abs_diff"].as_f64()), (Some(3), Some(1.0), Some(0.0)));
+    assert_eq!(
+        (j["matched"].as_u64(), j["min_cosine"].as_f64(), j["max_abs_diff"].as_f64()),
+        (Some(3), Some(1.0), Some(0.0))
+    );
 
     let differ = pipeline(&["compare", &a, &b, "--json"], d);
     assert!(!differ.status.success());
@@ -231,7 +241,10 @@ async fn truncation_error_names_the_id() {
 async fn a_prefix_changes_the_vector() {
     let s = session();
     let plain = crate::common::vectors(&sql(&s, "SELECT embed('a sunny day') AS v").await.unwrap(), "v");
-    let prefixed = crate::common::vectors(&sql(&s, "SET embed.prefix = 'query: '; SELECT embed('a sunny day') AS v").await.unwrap(), "v");
+    let prefixed = crate::common::vectors(
+        &sql(&s, "SET embed.prefix = 'query: '; SELECT embed('a sunny day') AS v").await.unwrap(),
+        "v",
+    );
     let c = crate::common::cosine(plain[0].as_ref().unwrap(), prefixed[0].as_ref().unwrap());
     assert!(c < 0.999 && c > 0.5, "cosine {c}");
 }

@@ -84,3 +84,12 @@ fn a_library_that_is_not_onnx_runtime_is_refused_cleanly() {
     assert!(err.contains("could not load ONNX Runtime") && err.contains("libnot_ort.so"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn the_device_flag_reaches_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(tmp.path(), "SELECT embed('x');");
+    let o = pipeline(&["run", "--device", "cuda:1", &file], tmp.path());
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("embed.device = 'cuda:1'"), "{err}");
+}

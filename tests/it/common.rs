@@ -48,7 +48,11 @@ pub fn vectors(batches: &[RecordBatch], col: &str) -> Vec<Option<Vec<f32>>> {
 pub fn strings(batches: &[RecordBatch], col: &str) -> Vec<String> {
     let mut out = Vec::new();
     for b in batches {
-        let c = datafusion::arrow::compute::cast(b.column_by_name(col).unwrap(), &datafusion::arrow::datatypes::DataType::Utf8).unwrap();
+        let c = datafusion::arrow::compute::cast(
+            b.column_by_name(col).unwrap(),
+            &datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
         out.extend(c.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()));
     }
     out
@@ -56,7 +60,8 @@ pub fn strings(batches: &[RecordBatch], col: &str) -> Vec<String> {
 
 /// One number from a one-row, one-column result.
 pub fn scalar_i64(batches: &[RecordBatch]) -> i64 {
-    let c = datafusion::arrow::compute::cast(batches[0].column(0), &datafusion::arrow::datatypes::DataType::Int64).unwrap();
+    let c =
+        datafusion::arrow::compute::cast(batches[0].column(0), &datafusion::arrow::datatypes::DataType::Int64).unwrap();
     c.as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0)
 }
 
@@ -73,9 +78,7 @@ pub fn norm(a: &[f32]) -> f32 {
 
 /// A small JSONL corpus with the given (id, text) rows.
 pub fn write_jsonl(path: &Path, rows: &[(&str, Option<&str>)]) {
-    let lines: Vec<String> = rows
-        .iter()
-        .map(|(id, text)| serde_json::json!({ "id": id, "text": text }).to_string())
-        .collect();
+    let lines: Vec<String> =
+        rows.iter().map(|(id, text)| serde_json::json!({ "id": id, "text": text }).to_string()).collect();
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }

@@ -16,7 +16,8 @@ async fn bad_option_value_is_named_when_embedding() {
 
 #[tokio::test]
 async fn missing_model_directory_is_named() {
-    let err = sql(&session(), "SET embed.model = '/nonexistent/model'; SELECT embed('x')").await.unwrap_err().to_string();
+    let err =
+        sql(&session(), "SET embed.model = '/nonexistent/model'; SELECT embed('x')").await.unwrap_err().to_string();
     assert!(err.contains("/nonexistent/model") && err.contains("scripts/setup"), "{err}");
 }
 
@@ -85,8 +86,38 @@ async fn appending_an_incompatible_schema_is_refused_and_keeps_the_data() {
     let s = session();
     sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus.display())).await.unwrap();
     sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap();
-    let err = sql(&s, &format!("COPY (SELECT id, text FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap_err().to_string();
+    let err =
+        sql(&s, &format!("COPY (SELECT id, text FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap_err().to_string();
     assert!(err.contains(&o), "{err}");
     let ds = lance::Dataset::open(&o).await.unwrap();
     assert_eq!((ds.version().version, ds.count_rows(None).await.unwrap()), (1, 2));
+}
+
+#[tokio::test]
+async fn asking_for_cuda_without_a_cuda_runtime_fails_clearly_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("docs.jsonl");
+    write_jsonl(&corpus, &[("a", Some("one"))]);
+    let out = tmp.path().join("out.lance");
+    let s = session();
+    sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus.display())).await.unwrap();
+    let err = sql(
+        &s,
+        &format!(
+            "SET embed.device = 'cuda'; COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{}' STORED AS LANCE",
+            out.display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("embed.device = 'cuda:0'")
+            && err.contains("no CUDA execution provider")
+            && err.contains("onnxruntime-gpu"),
+        "{err}"
+    );
+    assert!(!out.join("_versions").exists(), "nothing may be written");
+    let err = sql(&s, "SET embed.device = 'tpu'; SELECT embed('x')").await.unwrap_err().to_string();
+    assert!(err.contains("embed.device") && err.contains("tpu"), "{err}");
 }

@@ -4,13 +4,13 @@ use std::path::Path;
 
 use crate::common::{cosine, model_dir, norm, session, session_on, sql, vectors};
 
-const SENTENCES: &str =
-    "SELECT embed(column1) AS v FROM (VALUES ('The weather is lovely today.'), ('It''s so sunny outside!'), ('He drove to the stadium.'))";
+const SENTENCES: &str = "SELECT embed(column1) AS v FROM (VALUES ('The weather is lovely today.'), ('It''s so sunny outside!'), ('He drove to the stadium.'))";
 /// similarity(0,1), (0,2), (1,2) as the sentence-transformers README prints them.
 const EXPECTED: [f32; 3] = [0.6660, 0.1046, 0.1411];
 
 async fn similarities(session: &embedding_pipeline::EmbedSession) -> [f32; 3] {
-    let v: Vec<Vec<f32>> = vectors(&sql(session, SENTENCES).await.unwrap(), "v").into_iter().map(Option::unwrap).collect();
+    let v: Vec<Vec<f32>> =
+        vectors(&sql(session, SENTENCES).await.unwrap(), "v").into_iter().map(Option::unwrap).collect();
     for x in &v {
         assert_eq!(x.len(), 384);
         assert!((norm(x) - 1.0).abs() < 1e-5, "not unit norm: {}", norm(x));
@@ -89,7 +89,9 @@ async fn a_vector_does_not_depend_on_its_batch_neighbours() {
     let alone = vectors(&sql(&s, "SELECT embed('He drove to the stadium.') AS v").await.unwrap(), "v");
     let long = "word ".repeat(300);
     let batch = vectors(
-        &sql(&s, &format!("SELECT embed(t) AS v FROM (VALUES ('He drove to the stadium.'), ('{long}')) AS x(t)")).await.unwrap(),
+        &sql(&s, &format!("SELECT embed(t) AS v FROM (VALUES ('He drove to the stadium.'), ('{long}')) AS x(t)"))
+            .await
+            .unwrap(),
         "v",
     );
     let (a, b) = (alone[0].as_ref().unwrap(), batch[0].as_ref().unwrap());

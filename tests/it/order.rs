@@ -27,7 +27,12 @@ fn by_id(batches: &[datafusion::arrow::array::RecordBatch]) -> HashMap<String, V
 }
 
 /// Write `select` into a new Lance dataset in `dir` and read it back in written order.
-async fn through_lance(s: &embedding_pipeline::EmbedSession, dir: &Path, name: &str, select: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+async fn through_lance(
+    s: &embedding_pipeline::EmbedSession,
+    dir: &Path,
+    name: &str,
+    select: &str,
+) -> Vec<datafusion::arrow::array::RecordBatch> {
     let out = dir.join(format!("{name}.lance"));
     sql(s, &format!("COPY ({select}) TO '{}' STORED AS LANCE", out.display())).await.unwrap();
     sql(s, &format!("CREATE EXTERNAL TABLE {name} STORED AS LANCE LOCATION '{}'", out.display())).await.unwrap();
@@ -39,13 +44,15 @@ async fn explain_shows_the_ordering_stage_on_writes_only() {
     let tmp = tempfile::tempdir().unwrap();
     let s = session();
     sql(&s, &cats(tmp.path(), 10)).await.unwrap();
-    let copy = format!("COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/x.lance' STORED AS LANCE", tmp.path().display());
+    let copy =
+        format!("COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/x.lance' STORED AS LANCE", tmp.path().display());
     let plan = strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
     assert!(plan.contains("LengthOrderExec: text=text@") && plan.contains("window=65536 rows"), "{plan}");
     // A SELECT keeps its input order.
     let plan = strings(&sql(&s, "EXPLAIN SELECT id, embed(text) AS v FROM docs").await.unwrap(), "plan").join("\n");
     assert!(!plan.contains("LengthOrderExec"), "{plan}");
-    let plan = strings(&sql(&s, &format!("SET embed.order = 'original'; EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
+    let plan =
+        strings(&sql(&s, &format!("SET embed.order = 'original'; EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
     assert!(!plan.contains("LengthOrderExec"), "{plan}");
 }
 
@@ -53,9 +60,15 @@ async fn explain_shows_the_ordering_stage_on_writes_only() {
 async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
     let tmp = tempfile::tempdir().unwrap();
     let s = session();
-    sql(&s, &format!("SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {}", cats(tmp.path(), 120)))
-        .await
-        .unwrap();
+    sql(
+        &s,
+        &format!(
+            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {}",
+            cats(tmp.path(), 120)
+        ),
+    )
+    .await
+    .unwrap();
     sql(&s, "SET embed.order_window = 40").await.unwrap();
     let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
@@ -87,10 +100,16 @@ async fn whole_input_ordering_spills_beyond_its_memory_and_stays_exact() {
     )
     .await
     .unwrap();
-    let copy = format!("COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/analyzed.lance' STORED AS LANCE", tmp.path().display());
+    let copy = format!(
+        "COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/analyzed.lance' STORED AS LANCE",
+        tmp.path().display()
+    );
     let analyzed = strings(&sql(&s, &format!("EXPLAIN ANALYZE {copy}")).await.unwrap(), "plan").join("\n");
     let line = analyzed.lines().find(|l| l.contains("LengthOrderExec")).unwrap_or_default().to_string();
-    assert!(line.contains("window=whole input") && line.contains("spill_count=7"), "100 rows in batches of 16 spill 7 runs: {line}");
+    assert!(
+        line.contains("window=whole input") && line.contains("spill_count=7"),
+        "100 rows in batches of 16 spill 7 runs: {line}"
+    );
     let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
     assert_eq!(ks.len(), 100);
@@ -107,7 +126,8 @@ async fn whole_input_ordering_spills_beyond_its_memory_and_stays_exact() {
 fn compare_order_reports_both_orders_with_identical_vectors() {
     let tmp = tempfile::tempdir().unwrap();
     let create = cats(tmp.path(), 64);
-    std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display())).unwrap();
+    std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display()))
+        .unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
         .args(["compare-order", "job.sql", "--sample", "64", "--json"])
         .current_dir(tmp.path())

@@ -136,7 +136,10 @@ fn killed_runs_resume_to_every_id_exactly_once_with_the_clean_vectors() {
     let o = pipeline(&["compare", "clean.lance", "out.lance", "--json"], d);
     let c: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(o.status.success(), "{c}");
-    assert_eq!((c["matched"].as_u64(), c["only_in_a"].as_u64(), c["only_in_b"].as_u64()), (Some(3000), Some(0), Some(0)));
+    assert_eq!(
+        (c["matched"].as_u64(), c["only_in_a"].as_u64(), c["only_in_b"].as_u64()),
+        (Some(3000), Some(0), Some(0))
+    );
     assert!(c["max_abs_diff"].as_f64().unwrap() <= 1e-6, "{c}");
 }
 
@@ -184,7 +187,11 @@ fn duplicate_and_null_ids_are_refused_before_any_write() {
         assert_eq!(versions(d, "out.lance"), 1, "the output stays untouched");
     }
     // A missing id column is named too.
-    std::fs::write(d.join("noid.sql"), std::fs::read_to_string(d.join("job.sql")).unwrap().replace("SELECT id, ", "SELECT ")).unwrap();
+    std::fs::write(
+        d.join("noid.sql"),
+        std::fs::read_to_string(d.join("job.sql")).unwrap().replace("SELECT id, ", "SELECT "),
+    )
+    .unwrap();
     let o = pipeline(&["run", "noid.sql"], d);
     assert!(!o.status.success() && stderr(&o).contains("no id column `id`"), "{}", stderr(&o));
 }
@@ -193,7 +200,8 @@ fn duplicate_and_null_ids_are_refused_before_any_write() {
 fn integer_ids_resume_too() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let lines: Vec<String> = (0..30).map(|i| serde_json::json!({"id": i, "text": format!("number {i}")}).to_string()).collect();
+    let lines: Vec<String> =
+        (0..30).map(|i| serde_json::json!({"id": i, "text": format!("number {i}")}).to_string()).collect();
     std::fs::write(d.join("docs.jsonl"), lines[..20].join("\n")).unwrap();
     job(d, "job.sql", "out.lance", 100);
     assert!(pipeline(&["run", "job.sql"], d).status.success());
@@ -231,7 +239,10 @@ fn restart_writes_a_fresh_version_and_keeps_the_old_ones() {
     let o = pipeline(&["run", "--restart", "job.sql"], d);
     assert!(o.status.success(), "{}", stderr(&o));
     let j = inspect(d, "out.lance");
-    assert_eq!((j["version"].as_u64(), j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2), Some(30), Some(true)));
+    assert_eq!(
+        (j["version"].as_u64(), j["rows"].as_u64(), j["ids"]["unique"].as_bool()),
+        (Some(2), Some(30), Some(true))
+    );
     let o = pipeline(&["compare", "out.lance@1", "out.lance@2"], d);
     assert!(o.status.success(), "the old version is still readable: {}", stderr(&o));
 }

@@ -117,7 +117,9 @@ async fn insert_into_a_lance_table_appends_a_version() {
     let o = tmp.path().join("out.lance").display().to_string();
     let s = session();
     sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus(tmp.path()))).await.unwrap();
-    sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id < 'c') TO '{o}' STORED AS LANCE")).await.unwrap();
+    sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id < 'c') TO '{o}' STORED AS LANCE"))
+        .await
+        .unwrap();
     sql(&s, &format!("CREATE EXTERNAL TABLE emb STORED AS LANCE LOCATION '{o}'")).await.unwrap();
     let inserted = sql(&s, "INSERT INTO emb SELECT id, embed(text) FROM docs WHERE id >= 'c'").await.unwrap();
     assert_eq!(scalar_i64(&inserted), 3);
@@ -133,7 +135,8 @@ async fn vectors_join_back_to_their_source_ids() {
     sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", corpus(tmp.path()))).await.unwrap();
     sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE")).await.unwrap();
     sql(&s, &format!("CREATE EXTERNAL TABLE emb STORED AS LANCE LOCATION '{o}'")).await.unwrap();
-    let joined = sql(&s, "SELECT d.id, d.text, e.embedding FROM docs d JOIN emb e USING (id) ORDER BY d.id").await.unwrap();
+    let joined =
+        sql(&s, "SELECT d.id, d.text, e.embedding FROM docs d JOIN emb e USING (id) ORDER BY d.id").await.unwrap();
     assert_eq!(strings(&joined, "id"), ["a", "b", "c", "d", "e"]);
     // Each stored vector is the one its own text gives now.
     let fresh = vectors(&sql(&s, "SELECT id, embed(text) AS v FROM docs ORDER BY id").await.unwrap(), "v");
@@ -159,11 +162,15 @@ async fn a_copy_that_fails_halfway_leaves_no_new_version() {
     std::fs::write(&path, lines.join("\n")).unwrap();
     let s = session();
     sql(&s, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", path.display())).await.unwrap();
-    let good = format!("COPY (SELECT id, embed(text) AS embedding, 0 AS n FROM docs WHERE id < '010') TO '{o}' STORED AS LANCE");
+    let good = format!(
+        "COPY (SELECT id, embed(text) AS embedding, 0 AS n FROM docs WHERE id < '010') TO '{o}' STORED AS LANCE"
+    );
     sql(&s, &good).await.unwrap();
     // Small batches, so that several reach the sink before the bad row fails the query.
     sql(&s, "SET datafusion.execution.batch_size = 4").await.unwrap();
-    let bad = format!("COPY (SELECT id, embed(text) AS embedding, CAST(n AS BIGINT) AS n FROM docs) TO '{o}' STORED AS LANCE");
+    let bad = format!(
+        "COPY (SELECT id, embed(text) AS embedding, CAST(n AS BIGINT) AS n FROM docs) TO '{o}' STORED AS LANCE"
+    );
     let err = sql(&s, &bad).await.unwrap_err().to_string();
     assert!(err.to_lowercase().contains("cast"), "{err}");
     let ds = Dataset::open(&o).await.unwrap();
