@@ -1,6 +1,7 @@
 //! The embedding path for one model: tokenise, order by length, run ONNX Runtime in token-budget
 //! batches, pool, normalise, and put every vector back at its input row.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use ort::ep::ExecutionProvider;
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::value::Tensor;
+use ort::value::{Tensor, TensorElementType};
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
@@ -100,7 +101,7 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
     ) -> Result<Embedded>;
 }
 
-/// Which graph output carries the result.
+/// Which graph output carries the result. fp16 outputs are converted to float32 before pooling.
 #[derive(Debug, Clone, PartialEq)]
 enum Output {
     /// Token states `[batch, seq, dim]`, pooled here.
@@ -118,6 +119,8 @@ pub struct Embedder {
     session: Mutex<Session>,
     with_token_types: bool,
     output: Output,
+    /// The output is float16 (an fp16 export); it is converted to float32 before pooling.
+    output_f16: bool,
 }
 
 impl Embedder {
@@ -178,17 +181,17 @@ impl Embedder {
         }
         let with_token_types = inputs.contains(&"token_type_ids");
 
-        let outputs: Vec<(&str, Option<i64>)> = session
+        let outputs: Vec<(&str, Option<i64>, Option<TensorElementType>)> = session
             .outputs()
             .iter()
-            .map(|o| (o.name(), o.dtype().tensor_shape().and_then(|s| s.last().copied())))
+            .map(|o| (o.name(), o.dtype().tensor_shape().and_then(|s| s.last().copied()), o.dtype().tensor_type()))
             .collect();
-        let pick = |name: &str| outputs.iter().find(|(n, _)| *n == name).copied();
+        let pick = |name: &str| outputs.iter().find(|(n, _, _)| *n == name).map(|(n, d, _)| (*n, *d));
         let (output, last_dim) = match (pick("last_hidden_state"), pick("sentence_embedding")) {
             (Some((n, d)), _) => (Output::TokenStates(n.to_string()), d),
             (None, Some((n, d))) => (Output::Sentence(n.to_string()), d),
             (None, None) => {
-                let names: Vec<&str> = outputs.iter().map(|(n, _)| *n).collect();
+                let names: Vec<&str> = outputs.iter().map(|(n, _, _)| *n).collect();
                 return Err(bad(format!(
                     "has neither a `last_hidden_state` nor a `sentence_embedding` output (outputs: {})",
                     names.join(", ")
@@ -203,7 +206,15 @@ impl Embedder {
                 spec.dim
             )));
         }
-        Ok(Self { spec, device: info, tokenizer, session: Mutex::new(session), with_token_types, output })
+        let name = match &output {
+            Output::TokenStates(n) | Output::Sentence(n) => n.clone(),
+        };
+        let output_f16 = match outputs.iter().find(|(n, _, _)| *n == name).and_then(|(_, _, t)| *t) {
+            Some(TensorElementType::Float32) | None => false,
+            Some(TensorElementType::Float16) => true,
+            Some(other) => return Err(bad(format!("output `{name}` is {other:?}; float32 or float16 is needed"))),
+        };
+        Ok(Self { spec, device: info, tokenizer, session: Mutex::new(session), with_token_types, output, output_f16 })
     }
 
     fn run_batch(
@@ -238,7 +249,7 @@ impl Embedder {
         let dim = self.spec.dim;
         match &self.output {
             Output::TokenStates(name) => {
-                let (shape, data) = outputs[name.as_str()].try_extract_tensor::<f32>()?;
+                let (shape, data) = self.extract(&outputs[name.as_str()])?;
                 if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim
                 {
                     return Err(Error::Onnx(format!(
@@ -257,7 +268,7 @@ impl Embedder {
                 }
             }
             Output::Sentence(name) => {
-                let (shape, data) = outputs[name.as_str()].try_extract_tensor::<f32>()?;
+                let (shape, data) = self.extract(&outputs[name.as_str()])?;
                 if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
                     return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {dim}]")));
                 }
@@ -271,6 +282,17 @@ impl Embedder {
 }
 
 impl Embedder {
+    /// An output tensor as float32, converting float16.
+    fn extract<'a>(&self, value: &'a ort::value::DynValue) -> Result<(Vec<i64>, Cow<'a, [f32]>)> {
+        if self.output_f16 {
+            let (shape, data) = value.try_extract_tensor::<half::f16>()?;
+            Ok((shape.to_vec(), Cow::Owned(data.iter().map(|x| x.to_f32()).collect())))
+        } else {
+            let (shape, data) = value.try_extract_tensor::<f32>()?;
+            Ok((shape.to_vec(), Cow::Borrowed(data)))
+        }
+    }
+
     /// Each text's token count as the model will see it (after the prefix and truncation, special
     /// tokens included); 0 for NULL. This is what the length ordering sorts by.
     pub fn token_lengths(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<usize>> {

@@ -111,3 +111,31 @@ async fn long_texts_are_truncated_and_counted() {
     assert_eq!(stats.useful_tokens, 16 + 3);
     assert_eq!(stats.processed_tokens, 32, "both rows in one call, padded to 16");
 }
+
+#[tokio::test]
+async fn a_float16_model_is_converted_to_float32_before_pooling() {
+    // tests/fixtures/fp16-tiny: last_hidden_state = float16(input_ids) * W, so the mean-pooled,
+    // normalised vector of any text is W / |W|.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fp16-tiny");
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["modules.json", "1_Pooling/config.json", "sentence_bert_config.json", "config.json", "onnx/model.onnx"] {
+        std::fs::create_dir_all(tmp.path().join(f).parent().unwrap()).unwrap();
+        std::fs::copy(fixture.join(f), tmp.path().join(f)).unwrap();
+    }
+    std::fs::copy(model_dir().join("tokenizer.json"), tmp.path().join("tokenizer.json")).unwrap();
+    let b = sql(
+        &session_on(tmp.path()),
+        "SELECT embed(t) AS v FROM (VALUES ('hello world'), ('a longer text to embed')) AS x(t)",
+    )
+    .await
+    .unwrap();
+    let w = [0.5f32, -1.0, 0.25, 2.0, -0.75, 1.5, 0.125, -0.5];
+    let n = norm(&w);
+    for v in vectors(&b, "v") {
+        let v = v.unwrap();
+        assert_eq!(v.len(), 8);
+        for (got, want) in v.iter().zip(w.iter().map(|x| x / n)) {
+            assert!((got - want).abs() < 1e-3, "{v:?}");
+        }
+    }
+}
