@@ -24,21 +24,8 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::main(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            eprintln!("error: {}", cli::error_chain(&e));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes, skipping a cause whose text its parent already shows (DataFusion's
-/// External wrapper displays its source, then reports it again as the source).
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = e.to_string();
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out = format!("{out}: {text}");
-        }
-    }
-    out
 }

@@ -163,3 +163,16 @@ fn stop_on_signals() {
         }
     });
 }
+
+/// An error and its causes, skipping a cause whose text is already shown (DataFusion's External
+/// wrapper displays its source, which the chain then reports again).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out = if out.is_empty() { text } else { format!("{out}: {text}") };
+        }
+    }
+    out
+}

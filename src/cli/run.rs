@@ -40,10 +40,11 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         }
         run_statement(&session, stmt, quiet).await.map_err(|e| {
             anyhow!(
-                "{}: statement {} (line {}) failed: {e:#}\n  {}",
+                "{}: statement {} (line {}) failed: {}\n  {}",
                 file.display(),
                 stmt.index,
                 stmt.line,
+                super::error_chain(&e),
                 stmt.sql.lines().next().unwrap_or_default()
             )
         })?;
@@ -197,7 +198,7 @@ fn print_summary(session: &EmbedSession, wall: f64) {
     let writes = session.metrics().writes();
     let e = session.metrics().embed_stats();
     let written: u64 = writes.iter().map(|w| w.rows).sum();
-    let write_seconds: f64 = writes.iter().map(|w| w.record.write_seconds).sum();
+    let write_seconds = writes.iter().map(|w| w.record.write_seconds).fold(0.0, |a, b| a + b);
     let last = writes.last().map(|w| format!(", {} at version {}", w.uri, w.version)).unwrap_or_default();
     println!("pipeline run: {written} rows written{last}, wall {wall:.1} s");
     if e.docs + e.nulls > 0 {

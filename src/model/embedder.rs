@@ -145,11 +145,19 @@ impl Embedder {
                 };
                 if !ort::ep::CUDA::is_available().unwrap_or(false) {
                     return Err(device_err(format!(
-                        "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Point --ort-lib \
-                         at the GPU build of ONNX Runtime 1.31.1 (the onnxruntime-gpu==1.31.1 wheel, built for CUDA 13 and \
-                         cuDNN 9), with libonnxruntime_providers_cuda.so beside it",
+                        "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Run \
+                         `scripts/setup --gpu` to install the GPU build of ONNX Runtime 1.31.1 (onnxruntime-gpu==1.31.1, \
+                         built for CUDA 13 and cuDNN 9) with its CUDA libraries, or point --ort-lib at one",
                         library.display()
                     )));
+                }
+                if let Some(dir) = runtime::installed_cuda_libraries() {
+                    ort::ep::cuda::preload_dylibs(Some(&dir), Some(&dir)).map_err(|e| {
+                        device_err(format!(
+                            "cannot load the CUDA libraries that scripts/setup --gpu installed in {}: {e}",
+                            dir.display()
+                        ))
+                    })?;
                 }
                 let cuda = ort::ep::CUDA::default().with_device_id(*id).build().error_on_failure();
                 builder = builder

@@ -1,8 +1,8 @@
 //! Finding and loading the ONNX Runtime shared library, once per process.
 //!
 //! Search order: an explicit path (`--ort-lib`), then `ORT_DYLIB_PATH`, then where `scripts/setup`
-//! installs it (`$EMBED_PIPELINE_HOME/onnxruntime/<version>/`, by default under
-//! `~/.local/share/embedding-pipeline`). `ort` would panic on a bad implicit load; going through
+//! installs it (`$EMBED_PIPELINE_HOME/onnxruntime-gpu/<version>/` after `scripts/setup --gpu`, else
+//! `$EMBED_PIPELINE_HOME/onnxruntime/<version>/`; by default under `~/.local/share/embedding-pipeline`). `ort` would panic on a bad implicit load; going through
 //! `ort::init_from` turns every failure into an [`Error`] that says what to run.
 
 use std::path::{Path, PathBuf};
@@ -43,9 +43,20 @@ pub fn install_home() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/embedding-pipeline"))
 }
 
-/// Where `scripts/setup` puts the CPU library.
+/// Where `scripts/setup` puts the library: the GPU build when `scripts/setup --gpu` installed it (it
+/// runs on the CPU as well), else the CPU build.
 pub fn installed_library() -> Option<PathBuf> {
-    install_home().map(|h| h.join("onnxruntime").join(ORT_VERSION).join(ORT_LIB_NAME))
+    let home = install_home()?;
+    let gpu = home.join("onnxruntime-gpu").join(ORT_VERSION).join(ORT_LIB_NAME);
+    if gpu.is_file() {
+        return Some(gpu);
+    }
+    Some(home.join("onnxruntime").join(ORT_VERSION).join(ORT_LIB_NAME))
+}
+
+/// Where `scripts/setup --gpu` puts the CUDA 13 and cuDNN 9 libraries, if it did.
+pub fn installed_cuda_libraries() -> Option<PathBuf> {
+    install_home().map(|h| h.join("cuda").join("lib")).filter(|d| d.join("libcudart.so.13").is_file())
 }
 
 /// The candidates in search order: the first that is set wins, and must exist.

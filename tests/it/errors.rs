@@ -111,12 +111,12 @@ async fn asking_for_cuda_without_a_cuda_runtime_fails_clearly_and_writes_nothing
     .await
     .unwrap_err()
     .to_string();
-    assert!(
-        err.contains("embed.device = 'cuda:0'")
-            && err.contains("no CUDA execution provider")
-            && err.contains("onnxruntime-gpu"),
-        "{err}"
-    );
+    // With the CPU build (what scripts/setup installs) the provider is missing; with the GPU build
+    // (scripts/setup --gpu) on a machine without a GPU, it cannot start. Either way: a clear stop.
+    let missing = err.contains("no CUDA execution provider") && err.contains("scripts/setup --gpu");
+    let cannot_start =
+        ["could not start", "could not be placed", "cannot load the CUDA"].iter().any(|m| err.contains(m));
+    assert!(err.contains("embed.device = 'cuda:0'") && (missing || cannot_start), "{err}");
     assert!(!out.join("_versions").exists(), "nothing may be written");
     let err = sql(&s, "SET embed.device = 'tpu'; SELECT embed('x')").await.unwrap_err().to_string();
     assert!(err.contains("embed.device") && err.contains("tpu"), "{err}");
