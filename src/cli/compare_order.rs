@@ -14,7 +14,6 @@ use datafusion::datasource::MemTable;
 use serde::Serialize;
 
 use crate::lance::compare::cosine_and_max_diff;
-use crate::session::EmbedSession;
 
 /// One order's figures.
 #[derive(Debug, Serialize)]
@@ -51,13 +50,8 @@ pub async fn compare_order(
     column: &str,
     json: bool,
 ) -> anyhow::Result<()> {
-    let session = EmbedSession::new()?;
+    let (session, table) = super::job::prepare(file, table).await?;
     let ctx = session.context();
-    let first_table = super::job::run_setup(&session, file).await?;
-    let table = table
-        .map(str::to_string)
-        .or(first_table)
-        .ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
     let id = ctx
         .state()
         .config_options()

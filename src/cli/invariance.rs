@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail};
+use anyhow::bail;
 use datafusion::arrow::array::AsArray;
 use serde::Serialize;
 
@@ -12,7 +12,6 @@ use crate::campaign::Fingerprint;
 use crate::lance::compare::cosine_and_max_diff;
 use crate::model::{TextEmbedder, registry};
 use crate::options::EmbedOptions;
-use crate::session::EmbedSession;
 
 /// What the check found.
 #[derive(Debug, Serialize)]
@@ -38,13 +37,8 @@ pub async fn check(
     max_diff: f64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let session = EmbedSession::new()?;
+    let (session, table) = super::job::prepare(file, table).await?;
     let ctx = session.context();
-    let first_table = super::job::run_setup(&session, file).await?;
-    let table = table
-        .map(str::to_string)
-        .or(first_table)
-        .ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
     let sql =
         format!("SELECT CAST(\"{column}\" AS VARCHAR) FROM {table} WHERE \"{column}\" IS NOT NULL LIMIT {sample}");
     let batches = ctx.sql(&sql).await?.collect().await?;

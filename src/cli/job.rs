@@ -9,6 +9,18 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use crate::script::split_statements;
 use crate::session::EmbedSession;
 
+/// A session with the job's set-up done, and the source table: `table` if given, else the job's first
+/// non-Lance external table.
+pub async fn prepare(file: &Path, table: Option<&str>) -> anyhow::Result<(EmbedSession, String)> {
+    let session = EmbedSession::new()?;
+    let first_table = run_setup(&session, file).await?;
+    let table = table
+        .map(str::to_string)
+        .or(first_table)
+        .ok_or_else(|| anyhow!("{} creates no source table; name one with --table", file.display()))?;
+    Ok((session, table))
+}
+
 /// Run the job's SET and CREATE statements in `session`; return its first non-Lance external table.
 pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Option<String>> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
