@@ -17,7 +17,7 @@ use std::fmt;
 use std::fs::File;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use datafusion::arrow::ipc::reader::FileReader;
@@ -35,6 +35,7 @@ use futures::StreamExt;
 use crate::campaign::Fingerprint;
 use crate::model::{Embedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
+use crate::udf::embed::string_values;
 
 /// The ordering stage; see the module docs.
 #[derive(Debug)]
@@ -317,13 +318,4 @@ fn with_length_column(batch: &RecordBatch, lengths: Vec<u32>) -> Result<RecordBa
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns.push(Arc::new(UInt32Array::from(lengths)));
     Ok(RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, batch.schema().metadata().clone())), columns)?)
-}
-
-fn string_values(array: &ArrayRef) -> Result<Vec<Option<&str>>> {
-    Ok(match array.data_type() {
-        DataType::Utf8 => array.as_string::<i32>().iter().collect(),
-        DataType::LargeUtf8 => array.as_string::<i64>().iter().collect(),
-        DataType::Utf8View => array.as_string_view().iter().collect(),
-        _ => vec![None; array.len()],
-    })
 }

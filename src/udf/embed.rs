@@ -188,7 +188,8 @@ fn prefix_of(text: Option<&str>) -> String {
     text.unwrap_or_default().chars().take(40).collect()
 }
 
-fn string_values(array: &ArrayRef) -> Result<Vec<Option<&str>>> {
+/// The texts of a string array (Utf8, LargeUtf8, Utf8View; a Null array is all NULL).
+pub(crate) fn string_values(array: &ArrayRef) -> Result<Vec<Option<&str>>> {
     Ok(match array.data_type() {
         DataType::Utf8 => array.as_string::<i32>().iter().collect(),
         DataType::LargeUtf8 => array.as_string::<i64>().iter().collect(),
