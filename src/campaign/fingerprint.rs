@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::model::ModelSpec;
+use crate::model::onnx_weights::weight_types;
 use crate::options::{CallSettings, EmbedOptions};
 
 /// Metadata key of the fingerprint, in field metadata and in Lance schema metadata.
@@ -27,6 +28,10 @@ pub struct Fingerprint {
     pub model: String,
     /// sha256 of the ONNX graph file.
     pub model_sha256: String,
+    /// Element type of most of the model's weights: `float32`, `float16`, `int8`… (read from the ONNX
+    /// file; empty in fingerprints written before it was recorded).
+    #[serde(default)]
+    pub model_dtype: String,
     /// sha256 of tokenizer.json.
     pub tokenizer_sha256: String,
     /// Most tokens per text, special tokens included.
@@ -52,6 +57,7 @@ impl Fingerprint {
         Ok(Self {
             model: spec.name(),
             model_sha256: sha256_file(&spec.onnx_path)?,
+            model_dtype: model_dtype(&spec.onnx_path)?,
             tokenizer_sha256: sha256_file(&spec.tokenizer_path)?,
             max_tokens: settings.max_tokens,
             truncation: settings.truncation.as_str().to_string(),
@@ -94,25 +100,42 @@ impl Fingerprint {
 
 /// sha256 of a file, hex. Cached by path, size and modification time.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    type Key = (PathBuf, u64, Option<SystemTime>);
+    cached_file_fact(path, "sha256", || {
+        let mut file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut file, &mut hasher).map_err(|e| format!("cannot read: {e}"))?;
+        Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    })
+}
+
+/// The dominant element type of an ONNX file's weights. Cached like [`sha256_file`].
+pub fn model_dtype(path: &Path) -> Result<String> {
+    cached_file_fact(path, "weights", || Ok(weight_types(path)?.dominant().to_string()))
+}
+
+/// A fact about a file, computed once per file version (path, size, modification time) per process.
+/// The error names the file.
+fn cached_file_fact(
+    path: &Path,
+    fact: &'static str,
+    compute: impl FnOnce() -> std::result::Result<String, String>,
+) -> Result<String> {
+    type Key = (PathBuf, u64, Option<SystemTime>, &'static str);
     static CACHE: OnceLock<Mutex<HashMap<Key, String>>> = OnceLock::new();
-    let io = |e: std::io::Error| Error::Model {
+    let err = |message: String| Error::Model {
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
         file: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
-        message: format!("cannot read: {e}"),
+        message,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    let key = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    let meta = std::fs::metadata(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let key = (path.to_path_buf(), meta.len(), meta.modified().ok(), fact);
     let cache = CACHE.get_or_init(Default::default);
     if let Some(h) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(h.clone());
     }
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io)?;
-    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, hex.clone());
-    Ok(hex)
+    let value = compute().map_err(err)?;
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, value.clone());
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -123,6 +146,7 @@ mod tests {
         Fingerprint {
             model: "m".into(),
             model_sha256: "aa".into(),
+            model_dtype: "int8".into(),
             tokenizer_sha256: "bb".into(),
             max_tokens: 256,
             truncation: "right".into(),

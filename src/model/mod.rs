@@ -4,12 +4,14 @@
 //! - [`spec`] reads a sentence-transformers model directory.
 //! - [`tokenize`] turns texts into token ids, with truncation accounting.
 //! - [`batching`] orders tokenised texts by length and cuts token-budget batches.
+//! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
 pub mod device;
 pub mod embedder;
+pub mod onnx_weights;
 pub mod pooling;
 pub mod registry;
 pub mod runtime;

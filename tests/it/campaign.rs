@@ -50,6 +50,7 @@ async fn fingerprint_is_stored_and_read_back_through_lance_and_the_cli() {
     for (k, v) in [
         ("model", Value::from("all-MiniLM-L6-v2")),
         ("model_sha256", ONNX_SHA256.into()),
+        ("model_dtype", "int8".into()),
         ("tokenizer_sha256", TOKENIZER_SHA256.into()),
         ("max_tokens", 256.into()),
         ("truncation", "right".into()),

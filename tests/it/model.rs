@@ -138,4 +138,22 @@ async fn a_float16_model_is_converted_to_float32_before_pooling() {
             assert!((got - want).abs() < 1e-3, "{v:?}");
         }
     }
+    let mut options = embedding_pipeline::EmbedOptions::default();
+    options.model = tmp.path().display().to_string();
+    let (_, fingerprint) = embedding_pipeline::campaign::Fingerprint::for_options(&options).unwrap();
+    assert_eq!(fingerprint.model_dtype, "float16", "the fingerprint records the weights' type");
+}
+
+#[test]
+fn the_fingerprint_records_the_weight_type_of_the_int8_and_fp32_models() {
+    use embedding_pipeline::model::onnx_weights::weight_types;
+    let int8 = weight_types(&model_dir().join("onnx/model.onnx")).unwrap();
+    assert_eq!(int8.dominant(), "int8");
+    assert!(int8.0["float32"] > 0, "layer norms and biases stay float32: {int8:?}");
+    let fp32 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2-fp32/model.onnx");
+    if fp32.is_file() {
+        assert_eq!(weight_types(&fp32).unwrap().dominant(), "float32");
+    }
+    let not_onnx = weight_types(&model_dir().join("tokenizer.json")).unwrap_err();
+    assert!(not_onnx.contains("not an ONNX model"), "{not_onnx}");
 }
