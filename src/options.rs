@@ -5,7 +5,7 @@ use datafusion::common::config::ConfigExtension;
 use datafusion::common::extensions_options;
 
 use crate::error::{Error, Result};
-use crate::model::{Device, Pooling, TruncationSide};
+use crate::model::{Device, Placement, Pooling, TruncationSide};
 
 extensions_options! {
     /// Options of an embedding campaign. Every key is settable from SQL as `SET embed.<key> = <value>`.
@@ -45,8 +45,12 @@ extensions_options! {
         pub batch_tokens: usize, default = 2048
         /// Most rows in one model call.
         pub max_batch_rows: usize, default = 256
-        /// Where the model runs: 'cpu', 'cuda' (GPU 0) or 'cuda:N'.
+        /// Where the model runs: 'cpu', 'cuda' (GPU 0), 'cuda:N', or 'cuda:N,M,…' (one session per GPU at
+        /// least, sharing the batches).
         pub device: String, default = "cpu".to_string()
+        /// ONNX Runtime sessions per device, which take batches from one queue, so that one session's host
+        /// work (building inputs, copying, pooling) overlaps another's model run. 0: 1 on the CPU, 2 per GPU.
+        pub sessions_per_device: usize, default = 0
         /// On a GPU, let nodes the CUDA provider cannot run fall back to the CPU (off: such a model is refused).
         pub allow_cpu_fallback: bool, default = false
         /// ONNX Runtime intra-op threads. 0 uses one per available core.
@@ -139,7 +143,8 @@ impl EmbedOptions {
 
     /// The device these options ask for.
     pub fn resolved_device(&self) -> Result<Device> {
-        Device::parse(&self.device).ok_or_else(|| bad("device", &self.device, "use 'cpu', 'cuda' or 'cuda:N'"))
+        Device::parse(&self.device)
+            .ok_or_else(|| bad("device", &self.device, "use 'cpu', 'cuda', 'cuda:N' or 'cuda:N,M,…' (each GPU once)"))
     }
 
     /// Intra-op threads to give ONNX Runtime: the option, or one per available core.
@@ -148,6 +153,23 @@ impl EmbedOptions {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             n => n,
         }
+    }
+
+    /// Where and how the model runs: device, sessions, threads, fallback.
+    pub fn placement(&self) -> Result<Placement> {
+        let device = self.resolved_device()?;
+        let sessions_per_device = match (self.sessions_per_device, &device) {
+            (0, Device::Cpu) => 1,
+            (0, Device::Cuda(_)) => 2,
+            (n, _) if n > 16 => return Err(bad("sessions_per_device", n, "use 0 (automatic) or 1 to 16")),
+            (n, _) => n,
+        };
+        Ok(Placement {
+            device,
+            sessions_per_device,
+            intra_threads: self.resolved_intra_threads(),
+            allow_cpu_fallback: self.allow_cpu_fallback,
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod compare_order;
+pub mod devices;
 pub mod display;
 pub mod inspect;
 pub mod invariance;
@@ -36,13 +37,20 @@ pub enum Command {
     Run {
         /// The job file.
         file: PathBuf,
-        /// Where the model runs: cpu, cuda or cuda:N (sets embed.device; a SET in the job wins).
+        /// Where the model runs: cpu, cuda, cuda:N or cuda:N,M (sets embed.device; a SET in the job wins).
         #[arg(long, value_name = "DEVICE")]
         device: Option<String>,
         /// Start every Lance output over: embed all rows again and commit them as a new version that
         /// replaces the rows (older versions stay readable), instead of resuming.
         #[arg(long)]
         restart: bool,
+    },
+    /// Show what this machine can run on: the ONNX Runtime build and its providers, the NVIDIA driver
+    /// and GPUs (name, compute capability, memory), and the CUDA libraries scripts/setup --gpu installed.
+    Devices {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
@@ -126,6 +134,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             stop_on_signals();
             run::run_file(&file, restart, device, cli.quiet).await
         }
+        Command::Devices { json } => devices::print(json),
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Compare { a, b, min_cosine, json, id_column, column } => {
             compare::compare(&a, &b, &id_column, &column, min_cosine, json).await

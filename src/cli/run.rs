@@ -95,14 +95,8 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
             for w in commits {
                 if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
                     println!(
-                        "note: the previous version's vectors came from {} on {} (ONNX Runtime {}); these from {} on {} (ONNX Runtime {}). \
-                         The fingerprint matches; `pipeline compare` checks how close they are.",
-                        before.provider,
-                        before.device,
-                        before.onnxruntime_version,
-                        now.provider,
-                        now.device,
-                        now.onnxruntime_version
+                        "note: the previous version's vectors came from {before}; these from {now}. The fingerprint \
+                         matches; `pipeline compare` checks how close they are."
                     );
                 }
             }

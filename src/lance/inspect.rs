@@ -161,7 +161,7 @@ impl DatasetReport {
                         r.useful_tokens_per_second
                     );
                     if let Some(d) = &r.device {
-                        out += &format!(", {} on {}, ONNX Runtime {}", d.provider, d.device, d.onnxruntime_version);
+                        out += &format!(", {d}");
                     }
                     out += "\n";
                 }

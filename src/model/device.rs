@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::gpu::{GpuInfo, GpuSystem, loaded_cuda_library_versions};
+
 /// Where a model runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Device {
@@ -25,7 +27,8 @@ impl Device {
             _ => {
                 let ids = s.strip_prefix("cuda:")?;
                 let ids: Option<Vec<i32>> = ids.split(',').map(|i| i.parse().ok().filter(|n: &i32| *n >= 0)).collect();
-                ids.filter(|v| !v.is_empty()).map(Self::Cuda)
+                let distinct = |v: &Vec<i32>| v.iter().enumerate().all(|(i, id)| !v[..i].contains(id));
+                ids.filter(|v| !v.is_empty() && distinct(v)).map(Self::Cuda)
             }
         }
     }
@@ -36,6 +39,26 @@ impl Device {
             Self::Cpu => "cpu".into(),
             Self::Cuda(ids) => format!("cuda:{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")),
         }
+    }
+}
+
+/// How a model is placed: on which device, in how many ONNX Runtime sessions, with how many threads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// Where.
+    pub device: Device,
+    /// Sessions on each device (on each GPU of a `cuda:0,1` list); they share the batches.
+    pub sessions_per_device: usize,
+    /// ONNX Runtime intra-op threads per session.
+    pub intra_threads: usize,
+    /// On CUDA, whether nodes the provider cannot run may run on the CPU.
+    pub allow_cpu_fallback: bool,
+}
+
+impl Placement {
+    /// One CPU session with this many threads.
+    pub fn cpu(intra_threads: usize) -> Self {
+        Self { device: Device::Cpu, sessions_per_device: 1, intra_threads, allow_cpu_fallback: false }
     }
 }
 
@@ -51,6 +74,42 @@ pub struct DeviceInfo {
     pub onnxruntime_version: String,
     /// The library file.
     pub onnxruntime_library: String,
+    /// On CUDA: the GPUs that ran the model, and the driver, CUDA and cuDNN versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<CudaInfo>,
+}
+
+impl std::fmt::Display for DeviceInfo {
+    /// `CUDAExecutionProvider on cuda:0: NVIDIA A40 (compute 8.6, 45634 MiB), ONNX Runtime 1.31.1, driver
+    /// 580.82.07 (CUDA 13.0), CUDA runtime 13.0, cuDNN 9.14.0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} on {}, ONNX Runtime {}", self.provider, self.device, self.onnxruntime_version)?;
+        if let Some(c) = &self.cuda {
+            write!(f, ", driver {} (CUDA {})", c.driver_version, c.cuda_driver_version)?;
+            if let Some(v) = &c.cuda_runtime_version {
+                write!(f, ", CUDA runtime {v}")?;
+            }
+            if let Some(v) = &c.cudnn_version {
+                write!(f, ", cuDNN {v}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The CUDA side of a GPU run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaInfo {
+    /// The GPUs used, each with name, compute capability and memory.
+    pub gpus: Vec<GpuInfo>,
+    /// The NVIDIA driver's version.
+    pub driver_version: String,
+    /// The newest CUDA version the driver supports.
+    pub cuda_driver_version: String,
+    /// The CUDA runtime ONNX Runtime loaded.
+    pub cuda_runtime_version: Option<String>,
+    /// The cuDNN ONNX Runtime loaded.
+    pub cudnn_version: Option<String>,
 }
 
 impl DeviceInfo {
@@ -64,18 +123,32 @@ impl DeviceInfo {
             ),
             onnxruntime_version: library_version(library).unwrap_or_else(|| "unknown".into()),
             onnxruntime_library: library.display().to_string(),
+            cuda: None,
         }
     }
-}
 
-impl DeviceInfo {
-    /// The CUDA provider on GPU `id`, with the loaded library's version.
-    pub fn cuda(library: &Path, id: i32) -> Self {
+    /// The CUDA provider on these GPUs, with the loaded library's version and the driver's. Call it
+    /// after the session is built, when ONNX Runtime has loaded the CUDA runtime and cuDNN.
+    pub fn cuda(library: &Path, gpus: Vec<GpuInfo>, system: &GpuSystem) -> Self {
+        let (cuda_runtime_version, cudnn_version) = loaded_cuda_library_versions();
         Self {
             provider: "CUDAExecutionProvider".to_string(),
-            device: format!("cuda:{id}"),
+            device: gpus
+                .iter()
+                .map(|g| {
+                    format!("cuda:{}: {} (compute {}, {} MiB)", g.index, g.name, g.compute_capability, g.memory_mib)
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
             onnxruntime_version: library_version(library).unwrap_or_else(|| "unknown".into()),
             onnxruntime_library: library.display().to_string(),
+            cuda: Some(CudaInfo {
+                gpus,
+                driver_version: system.driver_version.clone(),
+                cuda_driver_version: system.cuda_driver_version.clone(),
+                cuda_runtime_version,
+                cudnn_version,
+            }),
         }
     }
 }
@@ -115,7 +188,7 @@ mod tests {
         assert_eq!(Device::parse("CUDA"), Some(Device::Cuda(vec![0])));
         assert_eq!(Device::parse("cuda:1"), Some(Device::Cuda(vec![1])));
         assert_eq!(Device::parse("cuda:0, 1"), Some(Device::Cuda(vec![0, 1])));
-        for bad in ["tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,", ""] {
+        for bad in ["tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,", "cuda:1,1", ""] {
             assert_eq!(Device::parse(bad), None, "{bad}");
         }
         assert_eq!(Device::Cuda(vec![0, 1]).name(), "cuda:0,1");

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ort::ep::ExecutionProvider;
@@ -15,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
-use crate::model::{Device, DeviceInfo, ModelSpec, runtime};
+use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
 use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// Counters of one embedding call; they add up across calls.
@@ -110,13 +111,24 @@ enum Output {
     Sentence(String),
 }
 
-/// One model: its tokenizer and its ONNX Runtime session, loaded once and shared.
+/// One ONNX Runtime session and the device it runs on. An embedder has one or more; they take batches
+/// from one queue.
+#[derive(Debug)]
+struct Worker {
+    /// `cpu`, `cuda:0`…
+    device: String,
+    session: Mutex<Session>,
+    /// Model calls this session made.
+    calls: AtomicU64,
+}
+
+/// One model: its tokenizer and its ONNX Runtime sessions, loaded once and shared.
 #[derive(Debug)]
 pub struct Embedder {
     spec: ModelSpec,
     device: DeviceInfo,
     tokenizer: TextTokenizer,
-    session: Mutex<Session>,
+    workers: Vec<Worker>,
     with_token_types: bool,
     output: Output,
     /// The output is float16 (an fp16 export); it is converted to float32 before pooling.
@@ -124,25 +136,26 @@ pub struct Embedder {
 }
 
 impl Embedder {
-    /// Load the tokenizer and build an ONNX Runtime session for the model, checking that its inputs and
-    /// outputs are ones we can serve.
-    pub fn load(spec: ModelSpec, intra_threads: usize, device: &Device, allow_cpu_fallback: bool) -> Result<Self> {
+    /// Load the tokenizer and build the ONNX Runtime sessions the placement asks for, checking that the
+    /// model's inputs and outputs are ones we can serve.
+    pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
-        let env = runtime::environment()?;
+        // Loads the ONNX Runtime library (with a clear error when it is missing) before anything asks
+        // ort about it.
+        runtime::environment()?;
         let library = runtime::loaded_library().unwrap_or(Path::new("")).to_path_buf();
-        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
-        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        let device = &placement.device;
         let device_err = |message: String| Error::Device { device: device.name(), message };
-        let mut builder = Session::builder(env)
-            .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
-            .and_then(|b| Ok(b.with_intra_threads(intra_threads.max(1))?))
-            .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+        let per_device = placement.sessions_per_device.max(1);
+        let mut workers = Vec::new();
         let info = match device {
-            Device::Cpu => DeviceInfo::cpu(&library, intra_threads.max(1)),
+            Device::Cpu => {
+                for _ in 0..per_device {
+                    workers.push(Worker::new("cpu".into(), build_session(&spec, placement, None)?));
+                }
+                DeviceInfo::cpu(&library, placement.intra_threads.max(1))
+            }
             Device::Cuda(ids) => {
-                let [id] = ids.as_slice() else {
-                    return Err(device_err("one GPU per run for now; several (cuda:0,1) are not supported yet".into()));
-                };
                 if !ort::ep::CUDA::is_available().unwrap_or(false) {
                     return Err(device_err(format!(
                         "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Run \
@@ -151,6 +164,8 @@ impl Embedder {
                         library.display()
                     )));
                 }
+                let system = gpu::probe().map_err(device_err)?;
+                let gpus = system.select(ids).map_err(device_err)?;
                 if let Some(dir) = runtime::installed_cuda_libraries() {
                     ort::ep::cuda::preload_dylibs(Some(&dir), Some(&dir)).map_err(|e| {
                         device_err(format!(
@@ -159,23 +174,18 @@ impl Embedder {
                         ))
                     })?;
                 }
-                let cuda = ort::ep::CUDA::default().with_device_id(*id).build().error_on_failure();
-                builder = builder
-                    .with_execution_providers([cuda])
-                    .map_err(|e| device_err(format!("the CUDA execution provider could not start: {e}. Check the NVIDIA driver and the CUDA 13 and cuDNN 9 libraries")))?;
-                if !allow_cpu_fallback {
-                    builder = builder.with_disable_cpu_fallback().map_err(|e| device_err(e.to_string()))?;
+                for &id in ids {
+                    for _ in 0..per_device {
+                        workers.push(Worker::new(format!("cuda:{id}"), build_session(&spec, placement, Some(id))?));
+                    }
                 }
-                DeviceInfo::cuda(&library, *id)
+                DeviceInfo::cuda(&library, gpus, &system)
             }
         };
-        let session = builder.commit_from_file(&spec.onnx_path).map_err(|e| match device {
-            Device::Cpu => bad(format!("cannot load: {e}")),
-            Device::Cuda(_) => device_err(format!(
-                "the model could not be placed on the GPU: {e}. SET embed.allow_cpu_fallback = true to let unsupported nodes run on the CPU"
-            )),
-        })?;
 
+        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
+        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        let session = workers[0].session.lock().unwrap_or_else(|e| e.into_inner());
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for required in ["input_ids", "attention_mask"] {
             if !inputs.contains(&required) {
@@ -222,16 +232,23 @@ impl Embedder {
             Some(TensorElementType::Float16) => true,
             Some(other) => return Err(bad(format!("output `{name}` is {other:?}; float32 or float16 is needed"))),
         };
-        Ok(Self { spec, device: info, tokenizer, session: Mutex::new(session), with_token_types, output, output_f16 })
+        drop(session);
+        Ok(Self { spec, device: info, tokenizer, workers, with_token_types, output, output_f16 })
     }
 
+    /// Model calls per session so far, as (device, calls), in session order.
+    pub fn calls_per_session(&self) -> Vec<(String, u64)> {
+        self.workers.iter().map(|w| (w.device.clone(), w.calls.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Run one batch on one session; the pooled (not yet normalised) vector of each of its rows.
     fn run_batch(
         &self,
+        worker: &Worker,
         tokens: &[Tokenized],
         batch: &Batch,
         settings: &CallSettings,
-        out: &mut [Vec<f32>],
-    ) -> Result<()> {
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut ids = vec![self.spec.pad_id as i64; rows * len];
         let mut mask = vec![0i64; rows * len];
@@ -252,9 +269,11 @@ impl Embedder {
         if self.with_token_types {
             inputs.push(("token_type_ids".into(), Tensor::from_array((shape, types))?.into()));
         }
-        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let mut session = worker.session.lock().unwrap_or_else(|e| e.into_inner());
         let outputs = session.run(inputs)?;
+        worker.calls.fetch_add(1, Ordering::Relaxed);
         let dim = self.spec.dim;
+        let mut out = Vec::with_capacity(rows);
         match &self.output {
             Output::TokenStates(name) => {
                 let (shape, data) = self.extract(&outputs[name.as_str()])?;
@@ -265,14 +284,14 @@ impl Embedder {
                     )));
                 }
                 for (r, &row) in batch.rows.iter().enumerate() {
-                    let v = &mut out[row];
-                    v.resize(dim, 0.0);
+                    let mut v = vec![0.0; dim];
                     settings.pooling.pool_row(
                         &data[r * len * dim..(r + 1) * len * dim],
                         &mask[r * len..(r + 1) * len],
                         dim,
-                        v,
+                        &mut v,
                     );
+                    out.push((row, v));
                 }
             }
             Output::Sentence(name) => {
@@ -281,12 +300,109 @@ impl Embedder {
                     return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {dim}]")));
                 }
                 for (r, &row) in batch.rows.iter().enumerate() {
-                    out[row] = data[r * dim..(r + 1) * dim].to_vec();
+                    out.push((row, data[r * dim..(r + 1) * dim].to_vec()));
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
+
+    /// Run every batch, each session taking the next batch as it frees up, and put each pooled vector
+    /// at its row. `progress` is called on this thread after each batch.
+    fn run_batches(
+        &self,
+        tokens: &[Tokenized],
+        batches: &[Batch],
+        settings: &CallSettings,
+        progress: &dyn Fn(&Batch),
+    ) -> Result<Vec<Vec<f32>>> {
+        let mut pooled = vec![Vec::new(); tokens.len()];
+        let mut place = |rows: Vec<(usize, Vec<f32>)>| {
+            for (row, v) in rows {
+                pooled[row] = v;
+            }
+        };
+        if self.workers.len() == 1 || batches.len() <= 1 {
+            for batch in batches {
+                place(self.run_batch(&self.workers[0], tokens, batch, settings)?);
+                progress(batch);
+            }
+            return Ok(pooled);
+        }
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let mut first_error = None;
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            for worker in &self.workers {
+                let (tx, next, failed) = (tx.clone(), &next, &failed);
+                scope.spawn(move || {
+                    while !failed.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(batch) = batches.get(i) else { break };
+                        let result = self.run_batch(worker, tokens, batch, settings);
+                        failed.fetch_or(result.is_err(), Ordering::Relaxed);
+                        if tx.send((i, result)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            for (i, result) in rx {
+                match result {
+                    Ok(rows) => {
+                        place(rows);
+                        progress(&batches[i]);
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(pooled),
+        }
+    }
+}
+
+impl Worker {
+    fn new(device: String, session: Session) -> Self {
+        Self { device, session: Mutex::new(session), calls: AtomicU64::new(0) }
+    }
+}
+
+/// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`.
+fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>) -> Result<Session> {
+    let env = runtime::environment()?;
+    let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
+    let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+    let device_err = |message: String| Error::Device { device: placement.device.name(), message };
+    let mut builder = Session::builder(env)
+        .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
+        .and_then(|b| Ok(b.with_intra_threads(placement.intra_threads.max(1))?))
+        .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+    let Some(id) = gpu else {
+        return builder.commit_from_file(&spec.onnx_path).map_err(|e| bad(format!("cannot load: {e}")));
+    };
+    let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
+    builder = builder.with_execution_providers([cuda]).map_err(|e| {
+        device_err(format!(
+            "the CUDA execution provider could not start on cuda:{id}: {e}. Check the NVIDIA driver and the CUDA 13 \
+             and cuDNN 9 libraries"
+        ))
+    })?;
+    if !placement.allow_cpu_fallback {
+        builder = builder.with_disable_cpu_fallback().map_err(|e| device_err(e.to_string()))?;
+    }
+    builder.commit_from_file(&spec.onnx_path).map_err(|e| {
+        device_err(format!(
+            "the model could not be placed on cuda:{id}: {e}. SET embed.allow_cpu_fallback = true to let unsupported \
+             nodes run on the CPU"
+        ))
+    })
 }
 
 impl Embedder {
@@ -364,17 +480,17 @@ impl TextEmbedder for Embedder {
 
         let started = Instant::now();
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
-        let mut pooled = vec![Vec::new(); tokens.len()];
         let batches = match settings.order {
             Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
             Order::Original => plan_fixed_batches(&lengths, ORIGINAL_BATCH_ROWS),
         };
-        for batch in batches {
+        for batch in &batches {
             stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
             stats.model_calls += 1;
-            self.run_batch(&tokens, &batch, settings, &mut pooled)?;
-            progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum());
         }
+        let pooled = self.run_batches(&tokens, &batches, settings, &|batch| {
+            progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum())
+        })?;
         let dim = self.spec.dim;
         let mut vectors = vec![0.0f32; texts.len() * dim];
         let mut valid = vec![false; texts.len()];

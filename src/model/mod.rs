@@ -4,6 +4,7 @@
 //! - [`spec`] reads a sentence-transformers model directory.
 //! - [`tokenize`] turns texts into token ids, with truncation accounting.
 //! - [`batching`] orders tokenised texts by length and cuts token-budget batches.
+//! - [`device`] names where a model runs; [`gpu`] asks the NVIDIA driver what GPUs there are.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
@@ -11,6 +12,7 @@
 pub mod batching;
 pub mod device;
 pub mod embedder;
+pub mod gpu;
 pub mod onnx_weights;
 pub mod pooling;
 pub mod registry;
@@ -18,7 +20,7 @@ pub mod runtime;
 pub mod spec;
 pub mod tokenize;
 
-pub use device::{Device, DeviceInfo};
+pub use device::{CudaInfo, Device, DeviceInfo, Placement};
 pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder};
 pub use pooling::Pooling;
 pub use spec::ModelSpec;

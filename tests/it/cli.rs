@@ -93,3 +93,26 @@ fn the_device_flag_reaches_the_model() {
     let (_, err) = text(&o);
     assert!(!o.status.success() && err.contains("embed.device = 'cuda:1'"), "{err}");
 }
+
+#[test]
+fn devices_reports_the_runtime_and_why_there_is_no_gpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = pipeline(&["devices", "--json"], tmp.path());
+    assert!(o.status.success(), "{:?}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["onnxruntime_version"], "1.31.1");
+    assert!(j["onnxruntime_library"].as_str().unwrap().contains("libonnxruntime"), "{j}");
+    assert!(j["cuda_provider"].is_boolean(), "{j}");
+    match j["nvidia"].as_object() {
+        // A GPU machine: every GPU is described.
+        Some(n) => assert!(n["gpus"].as_array().unwrap().iter().all(|g| g["name"].is_string()), "{j}"),
+        None => assert!(j["nvidia_error"].as_str().unwrap().contains("libcuda.so.1"), "{j}"),
+    }
+
+    // Without a runtime, it says where it looked and exits 0: the report is the point.
+    let o = pipeline(&["--ort-lib", "/nonexistent/libonnxruntime.so", "devices"], tmp.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("ONNX Runtime") && out.contains("/nonexistent/libonnxruntime.so"), "{out}");
+    assert!(out.contains("GPUs:") || out.contains("NVIDIA driver"), "{out}");
+}

@@ -112,12 +112,20 @@ async fn asking_for_cuda_without_a_cuda_runtime_fails_clearly_and_writes_nothing
     .unwrap_err()
     .to_string();
     // With the CPU build (what scripts/setup installs) the provider is missing; with the GPU build
-    // (scripts/setup --gpu) on a machine without a GPU, it cannot start. Either way: a clear stop.
+    // (scripts/setup --gpu) on a machine without a GPU, the driver is missing. Either way: a clear stop.
     let missing = err.contains("no CUDA execution provider") && err.contains("scripts/setup --gpu");
-    let cannot_start =
-        ["could not start", "could not be placed", "cannot load the CUDA"].iter().any(|m| err.contains(m));
+    let cannot_start = ["no NVIDIA driver", "the CUDA driver failed", "could not start", "cannot load the CUDA"]
+        .iter()
+        .any(|m| err.contains(m));
     assert!(err.contains("embed.device = 'cuda:0'") && (missing || cannot_start), "{err}");
     assert!(!out.join("_versions").exists(), "nothing may be written");
     let err = sql(&s, "SET embed.device = 'tpu'; SELECT embed('x')").await.unwrap_err().to_string();
     assert!(err.contains("embed.device") && err.contains("tpu"), "{err}");
+    let err = sql(&s, "SET embed.device = 'cuda:0,0'; SELECT embed('x')").await.unwrap_err().to_string();
+    assert!(err.contains("embed.device") && err.contains("each GPU once"), "{err}");
+    let err = sql(&s, "SET embed.device = 'cpu'; SET embed.sessions_per_device = 99; SELECT embed('x')")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("embed.sessions_per_device") && err.contains("1 to 16"), "{err}");
 }

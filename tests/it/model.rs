@@ -157,3 +157,34 @@ fn the_fingerprint_records_the_weight_type_of_the_int8_and_fp32_models() {
     let not_onnx = weight_types(&model_dir().join("tokenizer.json")).unwrap_err();
     assert!(not_onnx.contains("not an ONNX model"), "{not_onnx}");
 }
+
+#[test]
+fn several_sessions_share_the_batches_and_give_the_same_vectors() {
+    use embedding_pipeline::model::{Placement, TextEmbedder, registry};
+    let texts: Vec<String> = (0..40).map(|i| format!("document number {i} {}", "word ".repeat(i % 13))).collect();
+    let texts: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+    let mut options = embedding_pipeline::EmbedOptions::default();
+    options.batch_tokens = 64; // many small batches
+    let (settings, _) = embedding_pipeline::campaign::Fingerprint::for_options(
+        &options.clone().with_model(model_dir().display().to_string()),
+    )
+    .unwrap();
+    let one = registry::get_or_load(&model_dir(), Placement::cpu(1)).unwrap();
+    let two = registry::get_or_load(&model_dir(), Placement { sessions_per_device: 2, ..Placement::cpu(1) }).unwrap();
+    let progress = std::sync::Mutex::new((0u64, 0u64));
+    let a = one.embed(&texts, &settings).unwrap();
+    let b = two
+        .embed_with_progress(&texts, &settings, &|docs, tokens| {
+            let mut p = progress.lock().unwrap();
+            p.0 += docs;
+            p.1 += tokens;
+        })
+        .unwrap();
+    assert_eq!(a.vectors, b.vectors, "the same vectors whichever session ran each batch");
+    assert_eq!(a.stats.model_calls, b.stats.model_calls);
+    assert_eq!(*progress.lock().unwrap(), (40, b.stats.useful_tokens), "progress saw every batch once");
+    let calls = two.calls_per_session();
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|(device, n)| device == "cpu" && *n > 0), "both sessions took batches: {calls:?}");
+    assert_eq!(calls.iter().map(|(_, n)| n).sum::<u64>(), b.stats.model_calls);
+}
