@@ -215,5 +215,11 @@ fn print_summary(session: &EmbedSession, wall: f64) {
             e.model_time.as_secs_f64(),
             write_seconds
         );
+        if let Some(device) = session.metrics().device() {
+            println!("device: {device}");
+            if let Some(fallback) = device.nodes.as_ref().filter(|n| !n.fallback_nodes.is_empty()) {
+                println!("nodes that fell back to the CPU: {}", fallback.fallback_nodes.join(", "));
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::model::gpu::{GpuInfo, GpuSystem, loaded_cuda_library_versions};
+use crate::model::placement::NodePlacement;
 
 /// Where a model runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -77,6 +78,10 @@ pub struct DeviceInfo {
     /// On CUDA: the GPUs that ran the model, and the driver, CUDA and cuDNN versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda: Option<CudaInfo>,
+    /// On CUDA: how many nodes each provider ran in a profiled probe batch, and the nodes doing real
+    /// work that fell back to the CPU (only with embed.allow_cpu_fallback; otherwise the run stops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodePlacement>,
 }
 
 impl std::fmt::Display for DeviceInfo {
@@ -92,6 +97,13 @@ impl std::fmt::Display for DeviceInfo {
             if let Some(v) = &c.cudnn_version {
                 write!(f, ", cuDNN {v}")?;
             }
+        }
+        if let Some(n) = &self.nodes {
+            write!(f, " ({}", n.summary())?;
+            if !n.fallback_nodes.is_empty() {
+                write!(f, "; {} nodes doing real work fell back to the CPU", n.fallback_nodes.len())?;
+            }
+            write!(f, ")")?;
         }
         Ok(())
     }
@@ -124,6 +136,7 @@ impl DeviceInfo {
             onnxruntime_version: library_version(library).unwrap_or_else(|| "unknown".into()),
             onnxruntime_library: library.display().to_string(),
             cuda: None,
+            nodes: None,
         }
     }
 
@@ -149,6 +162,7 @@ impl DeviceInfo {
                 cuda_runtime_version,
                 cudnn_version,
             }),
+            nodes: None,
         }
     }
 }

@@ -14,9 +14,13 @@ use ort::value::{Tensor, TensorElementType};
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
+use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
+
+/// ONNX Runtime's name for its CUDA provider.
+const CUDA_PROVIDER: &str = "CUDAExecutionProvider";
 use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// Counters of one embedding call; they add up across calls.
@@ -151,7 +155,7 @@ impl Embedder {
         let info = match device {
             Device::Cpu => {
                 for _ in 0..per_device {
-                    workers.push(Worker::new("cpu".into(), build_session(&spec, placement, None)?));
+                    workers.push(Worker::new("cpu".into(), build_session(&spec, placement, None, None)?));
                 }
                 DeviceInfo::cpu(&library, placement.intra_threads.max(1))
             }
@@ -174,12 +178,21 @@ impl Embedder {
                         ))
                     })?;
                 }
+                let nodes = node_placement(&spec, placement, CUDA_PROVIDER)?;
+                if let Some(refusal) = nodes.refusal(CUDA_PROVIDER)
+                    && !placement.allow_cpu_fallback
+                {
+                    return Err(device_err(refusal));
+                }
                 for &id in ids {
                     for _ in 0..per_device {
-                        workers.push(Worker::new(format!("cuda:{id}"), build_session(&spec, placement, Some(id))?));
+                        workers
+                            .push(Worker::new(format!("cuda:{id}"), build_session(&spec, placement, Some(id), None)?));
                     }
                 }
-                DeviceInfo::cuda(&library, gpus, &system)
+                let mut info = DeviceInfo::cuda(&library, gpus, &system);
+                info.nodes = Some(nodes);
+                info
             }
         };
 
@@ -374,8 +387,9 @@ impl Worker {
     }
 }
 
-/// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`.
-fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>) -> Result<Session> {
+/// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
+/// file-name prefix) when given.
+fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>, profile: Option<&Path>) -> Result<Session> {
     let env = runtime::environment()?;
     let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
     let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
@@ -384,9 +398,15 @@ fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>) -> R
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
         .and_then(|b| Ok(b.with_intra_threads(placement.intra_threads.max(1))?))
         .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+    if let Some(prefix) = profile {
+        builder = builder.with_profiling(prefix).map_err(|e| bad(format!("cannot profile: {e}")))?;
+    }
     let Some(id) = gpu else {
         return builder.commit_from_file(&spec.onnx_path).map_err(|e| bad(format!("cannot load: {e}")));
     };
+    // CPU fallback is judged by `placement` on a profiled probe batch, not by ONNX Runtime's
+    // disable_cpu_ep_fallback switch, which also refuses the shape arithmetic the CUDA provider leaves
+    // to the CPU on purpose (see model::placement).
     let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
     builder = builder.with_execution_providers([cuda]).map_err(|e| {
         device_err(format!(
@@ -394,15 +414,22 @@ fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>) -> R
              and cuDNN 9 libraries"
         ))
     })?;
-    if !placement.allow_cpu_fallback {
-        builder = builder.with_disable_cpu_fallback().map_err(|e| device_err(e.to_string()))?;
-    }
-    builder.commit_from_file(&spec.onnx_path).map_err(|e| {
-        device_err(format!(
-            "the model could not be placed on cuda:{id}: {e}. SET embed.allow_cpu_fallback = true to let unsupported \
-             nodes run on the CPU"
-        ))
-    })
+    builder
+        .commit_from_file(&spec.onnx_path)
+        .map_err(|e| device_err(format!("the model could not be loaded on cuda:{id}: {e}")))
+}
+
+/// Where the nodes of the model run under `placement` (on its first GPU for CUDA), judged against
+/// `wanted_provider`: one probe batch under ONNX Runtime's profiler.
+pub fn node_placement(spec: &ModelSpec, placement: &Placement, wanted_provider: &str) -> Result<NodePlacement> {
+    let gpu = match &placement.device {
+        Device::Cpu => None,
+        Device::Cuda(ids) => ids.first().copied(),
+    };
+    let dir = tempfile::tempdir().map_err(|e| Error::Onnx(format!("cannot make a folder for the profile: {e}")))?;
+    let mut session = build_session(spec, placement, gpu, Some(&dir.path().join("probe")))?;
+    placement::probe(&mut session, spec.pad_id, wanted_provider, dir.path())
+        .map_err(|message| Error::Device { device: placement.device.name(), message })
 }
 
 impl Embedder {

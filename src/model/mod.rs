@@ -5,6 +5,7 @@
 //! - [`tokenize`] turns texts into token ids, with truncation accounting.
 //! - [`batching`] orders tokenised texts by length and cuts token-budget batches.
 //! - [`device`] names where a model runs; [`gpu`] asks the NVIDIA driver what GPUs there are.
+//! - [`placement`] checks from a profiled probe batch that a GPU run's real work stays on the GPU.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
@@ -14,6 +15,7 @@ pub mod device;
 pub mod embedder;
 pub mod gpu;
 pub mod onnx_weights;
+pub mod placement;
 pub mod pooling;
 pub mod registry;
 pub mod runtime;
@@ -21,7 +23,7 @@ pub mod spec;
 pub mod tokenize;
 
 pub use device::{CudaInfo, Device, DeviceInfo, Placement};
-pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder};
+pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder, node_placement};
 pub use pooling::Pooling;
 pub use spec::ModelSpec;
 pub use tokenize::TruncationSide;

@@ -188,3 +188,24 @@ fn several_sessions_share_the_batches_and_give_the_same_vectors() {
     assert!(calls.iter().all(|(device, n)| device == "cpu" && *n > 0), "both sessions took batches: {calls:?}");
     assert_eq!(calls.iter().map(|(_, n)| n).sum::<u64>(), b.stats.model_calls);
 }
+
+#[test]
+fn a_profiled_probe_batch_shows_where_the_real_work_runs() {
+    use embedding_pipeline::model::{ModelSpec, Placement, node_placement};
+    let spec = ModelSpec::load(&model_dir()).unwrap();
+    // On the CPU, judged as the CPU run it is: every node on the CPU provider, nothing fell back.
+    let cpu = node_placement(&spec, &Placement::cpu(1), "CPUExecutionProvider").unwrap();
+    let nodes = cpu.nodes_per_provider["CPUExecutionProvider"];
+    assert!(nodes > 50, "{cpu:?}");
+    assert_eq!(cpu.nodes_per_provider.len(), 1);
+    assert!(cpu.refusal("CPUExecutionProvider").is_none());
+    // Judged as a CUDA run would be, the same profile names the model's real work as a fallback (the
+    // matrix products among it) and leaves the shape arithmetic alone: what a CUDA run with a provider
+    // that took none of the model would be refused with.
+    let as_cuda = node_placement(&spec, &Placement::cpu(1), "CUDAExecutionProvider").unwrap();
+    assert!(as_cuda.fallback_nodes.iter().any(|n| n.starts_with("MatMul")), "{as_cuda:?}");
+    assert!(as_cuda.fallback_nodes.iter().all(|n| !n.starts_with("Shape")), "{as_cuda:?}");
+    assert!((as_cuda.fallback_nodes.len() as u64) < nodes, "shape arithmetic is not counted");
+    let refusal = as_cuda.refusal("CUDAExecutionProvider").unwrap();
+    assert!(refusal.contains("embed.allow_cpu_fallback = true"), "{refusal}");
+}
