@@ -2,7 +2,10 @@
 //! pipeline makes (the sample tokenised and cut by the pipeline's own planner), timing only
 //! `Session::run`: no tokenising, no Arrow, no Lance, no pooling.
 //!
-//!     cargo run --example bare_session -- CORPUS.jsonl N [MODEL_DIR] [BATCH_TOKENS] [THREADS]
+//!     cargo run --example bare_session -- CORPUS.jsonl N [MODEL_DIR] [BATCH_TOKENS] [THREADS] [DEVICE]
+//!
+//! DEVICE is `cpu` (default) or `cuda:N`: ONNX Runtime's CUDA provider on that GPU, as the pipeline
+//! registers it.
 //!
 //! Prints one JSON line: documents, useful and processed tokens, seconds in the model, useful tokens/s.
 
@@ -24,6 +27,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = args.get(3).cloned().unwrap_or_else(|| "models/all-MiniLM-L6-v2".into());
     let budget: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(2048);
     let threads: usize = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(2);
+    let device = args.get(6).map(String::as_str).unwrap_or("cpu");
+    let gpu: Option<i32> = match device.strip_prefix("cuda") {
+        None if device == "cpu" => None,
+        Some("") => Some(0),
+        Some(n) => Some(n.trim_start_matches(':').parse()?),
+        None => return Err(format!("device {device}: use cpu or cuda:N").into()),
+    };
 
     let texts: Vec<String> = std::io::BufReader::new(std::fs::File::open(corpus)?)
         .lines()
@@ -42,12 +52,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let batches = plan_batches(&lengths, budget, 256);
 
     let env = runtime::environment()?;
-    let mut session = Session::builder(env)?
+    let mut builder = Session::builder(env)?
         .with_optimization_level(GraphOptimizationLevel::All)
         .map_err(|e| e.to_string())?
         .with_intra_threads(threads)
-        .map_err(|e| e.to_string())?
-        .commit_from_file(&spec.onnx_path)?;
+        .map_err(|e| e.to_string())?;
+    if let Some(id) = gpu {
+        let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
+        builder = builder.with_execution_providers([cuda]).map_err(|e| e.to_string())?;
+    }
+    let mut session = builder.commit_from_file(&spec.onnx_path)?;
     // Build every input first, so that only the model calls are timed.
     let mut inputs = Vec::new();
     let (mut useful, mut processed) = (0u64, 0u64);
@@ -64,6 +78,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         processed += (rows * len) as u64;
         inputs.push(([rows, len], ids, mask));
     }
+    // One untimed call first: CUDA builds its kernels and memory pools on the first run.
+    if let Some((shape, ids, mask)) = inputs.first().cloned() {
+        let types = vec![0i64; ids.len()];
+        session.run(ort::inputs![
+            "input_ids" => Tensor::from_array((shape, ids))?,
+            "attention_mask" => Tensor::from_array((shape, mask))?,
+            "token_type_ids" => Tensor::from_array((shape, types))?,
+        ])?;
+    }
     let started = Instant::now();
     for (shape, ids, mask) in inputs {
         let types = vec![0i64; ids.len()];
@@ -78,7 +101,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}",
         serde_json::json!({
             "documents": texts.len(), "useful_tokens": useful, "processed_tokens": processed,
-            "model_calls": batches.len(), "seconds": seconds, "useful_tokens_per_second": useful as f64 / seconds
+            "model_calls": batches.len(), "seconds": seconds, "useful_tokens_per_second": useful as f64 / seconds,
+            "device": device
         })
     );
     Ok(())
