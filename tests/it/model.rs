@@ -161,10 +161,10 @@ fn the_fingerprint_records_the_weight_type_of_the_int8_and_fp32_models() {
 #[test]
 fn several_sessions_share_the_batches_and_give_the_same_vectors() {
     use embedding_pipeline::model::{Placement, TextEmbedder, registry};
-    let texts: Vec<String> = (0..40).map(|i| format!("document number {i} {}", "word ".repeat(i % 13))).collect();
+    let texts: Vec<String> = (0..120).map(|i| format!("document number {i} {}", "word ".repeat(i % 13))).collect();
     let texts: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
     let mut options = embedding_pipeline::EmbedOptions::default();
-    options.batch_tokens = 64; // many small batches
+    options.batch_tokens = 48; // many small batches, so that both sessions surely get some
     let (settings, _) = embedding_pipeline::campaign::Fingerprint::for_options(
         &options.clone().with_model(model_dir().display().to_string()),
     )
@@ -182,7 +182,7 @@ fn several_sessions_share_the_batches_and_give_the_same_vectors() {
         .unwrap();
     assert_eq!(a.vectors, b.vectors, "the same vectors whichever session ran each batch");
     assert_eq!(a.stats.model_calls, b.stats.model_calls);
-    assert_eq!(*progress.lock().unwrap(), (40, b.stats.useful_tokens), "progress saw every batch once");
+    assert_eq!(*progress.lock().unwrap(), (120, b.stats.useful_tokens), "progress saw every batch once");
     let calls = two.calls_per_session();
     assert_eq!(calls.len(), 2);
     assert!(calls.iter().all(|(device, n)| device == "cpu" && *n > 0), "both sessions took batches: {calls:?}");
