@@ -26,9 +26,20 @@ for arg in "$@"; do
     *) BUNDLE="$arg" ;;
   esac
 done
-BUDGET_S="${GPU_CHECK_STEP_SECONDS:-150}"
+# The whole check must end inside one device call (10 minutes at most): every step gets what is left of
+# a 7-minute deadline, at most 150 s, and is killed 15 s after its time (pipeline run commits on SIGTERM,
+# which a stuck GPU call could hold up).
+DEADLINE=$(( SECONDS + ${GPU_CHECK_SECONDS:-420} ))
+step_time() {
+  local left=$(( DEADLINE - SECONDS - 20 ))
+  (( left > 150 )) && left=150
+  echo "$left"
+}
+limited() { local t; t=$(step_time); (( t > 5 )) || { note "skipped (the check's 7 minutes are spent): $*"; return 124; }
+  timeout -k 15 "$t" "$@"; }
 
 missing_parts() {
+  [ -f "$BUNDLE/bundle.sha256" ] || echo "bundle.sha256"
   [ -f "$BUNDLE/bundle.parts" ] || { echo "bundle.parts"; return; }
   while read -r part; do [ -f "$BUNDLE/$part" ] || echo "$part"; done < "$BUNDLE/bundle.parts"
 }
@@ -41,15 +52,16 @@ fi
 REPORT="${OUT:-$ROOT/out/gpu-check}"
 mkdir -p "$REPORT"
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
 LOG="$REPORT/logs.txt"
 : > "$LOG"
 note() { echo "gpu-check: $*" | tee -a "$LOG"; }
-fail() { note "STOPPED: $*"; python3 - "$REPORT" "$*" <<'PY'
-import json, sys
-open(f"{sys.argv[1]}/gpu-check.md", "w").write(f"# GPU check\n\nStopped: {sys.argv[2]}\n")
-json.dump({"stopped": sys.argv[2]}, open(f"{sys.argv[1]}/gpu-check.json", "w"), indent=2)
-PY
-  exit 1; }
+fail() {
+  note "STOPPED: $*"
+  printf '# GPU check\n\nStopped: %s\n' "$*" > "$REPORT/gpu-check.md"
+  printf '{"stopped": "%s"}\n' "$(printf '%s' "$*" | sed 's/["\\]/\\&/g')" > "$REPORT/gpu-check.json"
+  exit 1
+}
 
 # 1. The bundle.
 m=$(missing_parts)
@@ -110,8 +122,8 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d
 export LD_LIBRARY_PATH="$(dirname "$ORT_LIB")${CUDA_DIRS:+:$CUDA_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export EMBED_PIPELINE_HOME="$WORK/home"   # nothing installed there: the libraries come from the paths above
 note "CUDA library folders: ${CUDA_DIRS:-none found}"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1
-timeout 60 "$PIPELINE" --ort-lib "$ORT_LIB" devices --json > "$WORK/devices.json" 2>> "$LOG"
+command -v nvidia-smi >/dev/null && timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1
+timeout -k 5 60 "$PIPELINE" --ort-lib "$ORT_LIB" devices --json > "$WORK/devices.json" 2>> "$LOG"
 cat "$WORK/devices.json" >> "$LOG"
 HAS_GPU=$(python3 -c "import json; d=json.load(open('$WORK/devices.json')); print(bool(d.get('cuda_provider')) and bool((d.get('nvidia') or {}).get('gpus')))" 2>/dev/null)
 
@@ -126,15 +138,15 @@ CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$CORPUS';
 COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$WORK/$name.lance' STORED AS LANCE;
 SQL
   note "pipeline $name: $device, batch_tokens $budget"
-  timeout "$BUDGET_S" "$PIPELINE" --ort-lib "$ORT_LIB" run --device "$device" "$WORK/$name.sql" >> "$LOG" 2>&1 \
-    && timeout 60 "$PIPELINE" inspect "$WORK/$name.lance" --json > "$WORK/$name.inspect.json" 2>> "$LOG" \
+  limited "$PIPELINE" --ort-lib "$ORT_LIB" run --device "$device" "$WORK/$name.sql" >> "$LOG" 2>&1 \
+    && timeout -k 5 60 "$PIPELINE" inspect "$WORK/$name.lance" --json > "$WORK/$name.inspect.json" 2>> "$LOG" \
     || note "pipeline $name failed (rc $?)"
 }
 # bare NAME DEVICE BATCH_TOKENS: the bare session on the same batches.
 bare() {
   local name=$1 device=$2 budget=$3
   note "bare session $name: $device, batch_tokens $budget"
-  timeout "$BUDGET_S" "$BARE" "$CORPUS" "$DOCS" "$MODEL" "$budget" "$THREADS" "$device" \
+  limited "$BARE" "$CORPUS" "$DOCS" "$MODEL" "$budget" "$THREADS" "$device" \
     > "$WORK/bare-$name.json" 2>> "$LOG" || note "bare session $name failed (rc $?)"
 }
 export ORT_DYLIB_PATH="$ORT_LIB"   # for bare_session, which loads ONNX Runtime the pipeline's way
@@ -144,7 +156,7 @@ if [ "$HAS_GPU" = True ]; then
   for budget in 2048 16384; do
     run "cuda-$budget" cuda:0 "$budget"
     bare "cuda-$budget" cuda:0 "$budget"
-    timeout 120 "$PIPELINE" compare "$WORK/cpu.lance" "$WORK/cuda-$budget.lance" --json --min-cosine 0.9999 \
+    limited "$PIPELINE" compare "$WORK/cpu.lance" "$WORK/cuda-$budget.lance" --json --min-cosine 0.9999 \
       > "$WORK/compare-$budget.json" 2>> "$LOG" || note "compare cpu vs cuda-$budget: rc $? (see the report)"
   done
   CUDA_NOTE=""
@@ -172,7 +184,8 @@ for name in ["cpu", "cuda-2048", "cuda-16384"]:
     inspect, bare = load(f"{work}/{name}.inspect.json"), load(f"{work}/bare-{name}.json")
     if inspect is None and bare is None:
         continue
-    run = (inspect or {}).get("versions", [{}])[-1].get("run", {}) if inspect else {}
+    versions = (inspect or {}).get("versions") or [{}]
+    run = versions[-1].get("run") or {}
     pipe_tps = run.get("useful_tokens_per_second")
     bare_tps = (bare or {}).get("useful_tokens_per_second")
     if name == "cpu":

@@ -87,9 +87,15 @@ impl Fingerprint {
         serde_json::from_str(s)
     }
 
-    /// Fields that differ, as (field, value in `self`, value in `other`), in field order.
+    /// Fields that differ, as (field, value in `self`, value in `other`), in field order. A
+    /// `model_dtype` that one side lacks (a fingerprint written before it was recorded) is not a
+    /// difference: `model_sha256` already pins the file it is read from.
     pub fn differences(&self, other: &Fingerprint) -> Vec<(String, String, String)> {
-        let (a, b) = (serde_json::to_value(self).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
+        let mut this = self.clone();
+        if other.model_dtype.is_empty() || self.model_dtype.is_empty() {
+            this.model_dtype = other.model_dtype.clone();
+        }
+        let (a, b) = (serde_json::to_value(&this).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
         a.iter()
             .filter(|(k, v)| b.get(*k) != Some(v))
@@ -172,6 +178,11 @@ mod tests {
             ]
         );
         assert!(a.differences(&a).is_empty());
+        // A fingerprint from before model_dtype was recorded still matches on everything else.
+        let old = Fingerprint::from_json(&a.to_json().replace(r#""model_dtype":"int8","#, "")).unwrap();
+        assert_eq!(old.model_dtype, "");
+        assert!(old.differences(&a).is_empty() && a.differences(&old).is_empty());
+        assert_eq!(old.differences(&Fingerprint { model_sha256: "cc".into(), ..a.clone() }).len(), 1);
     }
 
     #[test]

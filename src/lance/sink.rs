@@ -100,7 +100,7 @@ fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&Finge
         ))
     };
     match (stored, new) {
-        (Some(a), Some(b)) if a != b => {
+        (Some(a), Some(b)) if !a.differences(b).is_empty() => {
             let lines: Vec<String> = a
                 .differences(b)
                 .into_iter()

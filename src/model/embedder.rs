@@ -137,6 +137,9 @@ pub struct Embedder {
     output: Output,
     /// The output is float16 (an fp16 export); it is converted to float32 before pooling.
     output_f16: bool,
+    /// Which session a call with a single batch goes to (round robin, so that small concurrent calls from
+    /// several partitions spread over the sessions).
+    next_worker: AtomicUsize,
 }
 
 impl Embedder {
@@ -152,7 +155,7 @@ impl Embedder {
         let device_err = |message: String| Error::Device { device: device.name(), message };
         let per_device = placement.sessions_per_device.max(1);
         let mut workers = Vec::new();
-        let info = match device {
+        let mut info = match device {
             Device::Cpu => {
                 for _ in 0..per_device {
                     workers.push(Worker::new("cpu".into(), build_session(&spec, placement, None, None)?));
@@ -178,21 +181,13 @@ impl Embedder {
                         ))
                     })?;
                 }
-                let nodes = node_placement(&spec, placement, CUDA_PROVIDER)?;
-                if let Some(refusal) = nodes.refusal(CUDA_PROVIDER)
-                    && !placement.allow_cpu_fallback
-                {
-                    return Err(device_err(refusal));
-                }
                 for &id in ids {
                     for _ in 0..per_device {
                         workers
                             .push(Worker::new(format!("cuda:{id}"), build_session(&spec, placement, Some(id), None)?));
                     }
                 }
-                let mut info = DeviceInfo::cuda(&library, gpus, &system);
-                info.nodes = Some(nodes);
-                info
+                DeviceInfo::cuda(&library, gpus, &system)
             }
         };
 
@@ -246,7 +241,26 @@ impl Embedder {
             Some(other) => return Err(bad(format!("output `{name}` is {other:?}; float32 or float16 is needed"))),
         };
         drop(session);
-        Ok(Self { spec, device: info, tokenizer, workers, with_token_types, output, output_f16 })
+        // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
+        if let Device::Cuda(_) = device {
+            let nodes = node_placement(&spec, placement, CUDA_PROVIDER)?;
+            if let Some(refusal) = nodes.refusal(CUDA_PROVIDER)
+                && !placement.allow_cpu_fallback
+            {
+                return Err(device_err(refusal));
+            }
+            info.nodes = Some(nodes);
+        }
+        Ok(Self {
+            spec,
+            device: info,
+            tokenizer,
+            workers,
+            with_token_types,
+            output,
+            output_f16,
+            next_worker: AtomicUsize::new(0),
+        })
     }
 
     /// Model calls per session so far, as (device, calls), in session order.
@@ -336,8 +350,9 @@ impl Embedder {
             }
         };
         if self.workers.len() == 1 || batches.len() <= 1 {
+            let worker = &self.workers[self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len()];
             for batch in batches {
-                place(self.run_batch(&self.workers[0], tokens, batch, settings)?);
+                place(self.run_batch(worker, tokens, batch, settings)?);
                 progress(batch);
             }
             return Ok(pooled);

@@ -41,13 +41,13 @@ pub fn probe() -> Result<GpuSystem, String> {
     // passed with their true length. The libraries stay loaded for the life of the process, since CUDA
     // state must not be unloaded under ONNX Runtime.
     unsafe {
-        let cuda = libloading::Library::new("libcuda.so.1").map_err(|e| {
+        let cuda = std::mem::ManuallyDrop::new(libloading::Library::new("libcuda.so.1").map_err(|e| {
             let e = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string());
             format!(
                 "no NVIDIA driver: libcuda.so.1 cannot be loaded ({e}). A CUDA device needs an NVIDIA GPU with its driver \
                  installed; run on the CPU with embed.device = 'cpu'"
             )
-        })?;
+        })?);
         let sym = |name: &[u8]| -> Result<*const (), String> {
             cuda.get::<*const ()>(name).map(|s| *s).map_err(|e| format!("libcuda.so.1 lacks a function: {e}"))
         };
@@ -100,7 +100,6 @@ pub fn probe() -> Result<GpuSystem, String> {
                 memory_mib: bytes as u64 / (1024 * 1024),
             });
         }
-        std::mem::forget(cuda);
         Ok(GpuSystem {
             driver_version: nvml_driver_version().unwrap_or_else(|| "unknown".into()),
             cuda_driver_version: format!("{}.{}", version / 1000, version % 1000 / 10),
@@ -147,7 +146,7 @@ fn nvml_driver_version() -> Option<String> {
 }
 
 /// The versions of the CUDA runtime and cuDNN that the process has loaded (ONNX Runtime's CUDA provider
-/// loads `libcudart.so.13` and `libcudnn.so.9`), e.g. `("13.0", "9.14.0")`. `None` for one not loaded.
+/// loads `libcudart.so.13`, or `.12` for a CUDA 12 build, and `libcudnn.so.9`), e.g. `("13.0", "9.14.0")`. `None` for one not loaded.
 pub fn loaded_cuda_library_versions() -> (Option<String>, Option<String>) {
     // SAFETY: RTLD_NOLOAD only finds a library already in the process and never loads one;
     // cudaRuntimeGetVersion(int*) and cudnnGetVersion(void) -> size_t are the documented signatures.
@@ -155,7 +154,7 @@ pub fn loaded_cuda_library_versions() -> (Option<String>, Option<String>) {
         let loaded = |name: &str| {
             libloading::os::unix::Library::open(Some(name), libloading::os::unix::RTLD_NOW | libc_rtld_noload()).ok()
         };
-        let runtime = loaded("libcudart.so.13").and_then(|lib| {
+        let runtime = loaded("libcudart.so.13").or_else(|| loaded("libcudart.so.12")).and_then(|lib| {
             let f: libloading::os::unix::Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
                 lib.get(b"cudaRuntimeGetVersion\0").ok()?;
             let mut v = 0;
