@@ -8,16 +8,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ort::ep::ExecutionProvider;
-use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{OutputSelector, RunOptions, Session};
 use ort::value::{Tensor, TensorElementType};
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
+use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
-use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
+use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
 
 /// ONNX Runtime's name for its CUDA provider.
 const CUDA_PROVIDER: &str = "CUDAExecutionProvider";
@@ -137,6 +138,8 @@ pub struct Embedder {
     output: Output,
     /// The output is float16 (an fp16 export); it is converted to float32 before pooling.
     output_f16: bool,
+    /// The sessions' graph computes mean pooling itself ([`onnx_pooling`]).
+    pooled_in_graph: bool,
     /// Which session a call with a single batch goes to (round robin, so that small concurrent calls from
     /// several partitions spread over the sessions).
     next_worker: AtomicUsize,
@@ -154,11 +157,13 @@ impl Embedder {
         let device = &placement.device;
         let device_err = |message: String| Error::Device { device: device.name(), message };
         let per_device = placement.sessions_per_device.max(1);
+        let graph = Graph::for_device(&spec, device)?;
+        let pooled_in_graph = matches!(graph, Graph::Pooled(_));
         let mut workers = Vec::new();
         let mut info = match device {
             Device::Cpu => {
                 for _ in 0..per_device {
-                    workers.push(Worker::new("cpu".into(), build_session(&spec, placement, None, None)?));
+                    workers.push(Worker::new("cpu".into(), build_session(&spec, &graph, placement, None, None)?));
                 }
                 DeviceInfo::cpu(&library, placement.intra_threads.max(1))
             }
@@ -183,8 +188,10 @@ impl Embedder {
                 }
                 for &id in ids {
                     for _ in 0..per_device {
-                        workers
-                            .push(Worker::new(format!("cuda:{id}"), build_session(&spec, placement, Some(id), None)?));
+                        workers.push(Worker::new(
+                            format!("cuda:{id}"),
+                            build_session(&spec, &graph, placement, Some(id), None)?,
+                        ));
                     }
                 }
                 DeviceInfo::cuda(&library, gpus, &system)
@@ -251,6 +258,7 @@ impl Embedder {
             }
             info.nodes = Some(nodes);
         }
+        let states_output = matches!(output, Output::TokenStates(_));
         Ok(Self {
             spec,
             device: info,
@@ -259,6 +267,7 @@ impl Embedder {
             with_token_types,
             output,
             output_f16,
+            pooled_in_graph: pooled_in_graph && states_output,
             next_worker: AtomicUsize::new(0),
         })
     }
@@ -296,14 +305,33 @@ impl Embedder {
         if self.with_token_types {
             inputs.push(("token_type_ids".into(), Tensor::from_array((shape, types))?.into()));
         }
+        // Ask only for the output used: with mean pooling in the graph, one vector per row comes back
+        // instead of every token's state.
+        let in_graph = self.pooled_in_graph && settings.pooling == Pooling::Mean;
+        let wanted = match &self.output {
+            Output::TokenStates(_) if in_graph => POOLED_OUTPUT,
+            Output::TokenStates(name) | Output::Sentence(name) => name.as_str(),
+        };
+        let options = RunOptions::new()?.with_outputs(OutputSelector::no_default().with(wanted));
         let mut session = worker.session.lock().unwrap_or_else(|e| e.into_inner());
-        let outputs = session.run(inputs)?;
+        let outputs = session.run_with_options(inputs, &options)?;
         worker.calls.fetch_add(1, Ordering::Relaxed);
         let dim = self.spec.dim;
         let mut out = Vec::with_capacity(rows);
         match &self.output {
+            Output::TokenStates(_) if in_graph => {
+                let (shape, data) = self.extract(&outputs[POOLED_OUTPUT], false)?;
+                if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
+                    return Err(Error::Onnx(format!(
+                        "the pooled output has shape {shape:?}, expected [{rows}, {dim}]"
+                    )));
+                }
+                for (r, &row) in batch.rows.iter().enumerate() {
+                    out.push((row, data[r * dim..(r + 1) * dim].to_vec()));
+                }
+            }
             Output::TokenStates(name) => {
-                let (shape, data) = self.extract(&outputs[name.as_str()])?;
+                let (shape, data) = self.extract(&outputs[name.as_str()], self.output_f16)?;
                 if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim
                 {
                     return Err(Error::Onnx(format!(
@@ -322,7 +350,7 @@ impl Embedder {
                 }
             }
             Output::Sentence(name) => {
-                let (shape, data) = self.extract(&outputs[name.as_str()])?;
+                let (shape, data) = self.extract(&outputs[name.as_str()], self.output_f16)?;
                 if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
                     return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {dim}]")));
                 }
@@ -404,7 +432,52 @@ impl Worker {
 
 /// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
 /// file-name prefix) when given.
-fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>, profile: Option<&Path>) -> Result<Session> {
+/// What sessions are built from: the ONNX file as it is, or its bytes with mean pooling added to the graph
+/// (see [`onnx_pooling`]).
+enum Graph {
+    File,
+    Pooled(Vec<u8>),
+}
+
+impl Graph {
+    /// On a GPU the pooled graph, so that vectors rather than token states are copied back. On the CPU there
+    /// is no copy to save, and pooling on the host keeps a text's vector bit-identical whatever batch it is
+    /// in (ReduceSum over a padded length sums in another order), which `check-invariance`, resume and
+    /// `compare-order` rely on.
+    fn for_device(spec: &ModelSpec, device: &Device) -> Result<Self> {
+        match device {
+            Device::Cpu => Ok(Self::File),
+            Device::Cuda(_) => Self::load(spec),
+        }
+    }
+
+    /// The pooled graph when the model has a `last_hidden_state` output and can take the pooling nodes.
+    fn load(spec: &ModelSpec) -> Result<Self> {
+        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
+        let bytes = std::fs::read(&spec.onnx_path)
+            .map_err(|e| Error::model(&spec.dir, &onnx_file, format!("cannot read: {e}")))?;
+        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        if !onnx_pooling::output_names(&bytes).map_err(bad)?.iter().any(|n| n == "last_hidden_state") {
+            return Ok(Self::File);
+        }
+        Ok(match onnx_pooling::with_mean_pooling(&bytes, "last_hidden_state").map_err(bad)? {
+            Some(pooled) => Self::Pooled(pooled),
+            None => Self::File,
+        })
+    }
+}
+
+fn build_session(
+    spec: &ModelSpec,
+    graph: &Graph,
+    placement: &Placement,
+    gpu: Option<i32>,
+    profile: Option<&Path>,
+) -> Result<Session> {
+    let commit = |mut b: ort::session::builder::SessionBuilder| match graph {
+        Graph::File => b.commit_from_file(&spec.onnx_path),
+        Graph::Pooled(bytes) => b.commit_from_memory(bytes),
+    };
     let env = runtime::environment()?;
     let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
     let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
@@ -417,7 +490,7 @@ fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>, prof
         builder = builder.with_profiling(prefix).map_err(|e| bad(format!("cannot profile: {e}")))?;
     }
     let Some(id) = gpu else {
-        return builder.commit_from_file(&spec.onnx_path).map_err(|e| bad(format!("cannot load: {e}")));
+        return commit(builder).map_err(|e| bad(format!("cannot load: {e}")));
     };
     // CPU fallback is judged by `placement` on a profiled probe batch, not by ONNX Runtime's
     // disable_cpu_ep_fallback switch, which also refuses the shape arithmetic the CUDA provider leaves
@@ -429,9 +502,7 @@ fn build_session(spec: &ModelSpec, placement: &Placement, gpu: Option<i32>, prof
              and cuDNN 9 libraries"
         ))
     })?;
-    builder
-        .commit_from_file(&spec.onnx_path)
-        .map_err(|e| device_err(format!("the model could not be loaded on cuda:{id}: {e}")))
+    commit(builder).map_err(|e| device_err(format!("the model could not be loaded on cuda:{id}: {e}")))
 }
 
 /// Where the nodes of the model run under `placement` (on its first GPU for CUDA), judged against
@@ -442,15 +513,15 @@ pub fn node_placement(spec: &ModelSpec, placement: &Placement, wanted_provider: 
         Device::Cuda(ids) => ids.first().copied(),
     };
     let dir = tempfile::tempdir().map_err(|e| Error::Onnx(format!("cannot make a folder for the profile: {e}")))?;
-    let mut session = build_session(spec, placement, gpu, Some(&dir.path().join("probe")))?;
+    let mut session = build_session(spec, &Graph::for_device(spec, &placement.device)?, placement, gpu, Some(&dir.path().join("probe")))?;
     placement::probe(&mut session, spec.pad_id, wanted_provider, dir.path())
         .map_err(|message| Error::Device { device: placement.device.name(), message })
 }
 
 impl Embedder {
     /// An output tensor as float32, converting float16.
-    fn extract<'a>(&self, value: &'a ort::value::DynValue) -> Result<(Vec<i64>, Cow<'a, [f32]>)> {
-        if self.output_f16 {
+    fn extract<'a>(&self, value: &'a ort::value::DynValue, f16: bool) -> Result<(Vec<i64>, Cow<'a, [f32]>)> {
+        if f16 {
             let (shape, data) = value.try_extract_tensor::<half::f16>()?;
             Ok((shape.to_vec(), Cow::Owned(data.iter().map(|x| x.to_f32()).collect())))
         } else {

@@ -6,6 +6,7 @@
 //! - [`batching`] orders tokenised texts by length and cuts token-budget batches.
 //! - [`device`] names where a model runs; [`gpu`] asks the NVIDIA driver what GPUs there are.
 //! - [`placement`] checks from a profiled probe batch that a GPU run's real work stays on the GPU.
+//! - [`onnx_pooling`] adds mean pooling to a model's graph, so a GPU returns vectors, not token states.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
@@ -14,6 +15,7 @@ pub mod batching;
 pub mod device;
 pub mod embedder;
 pub mod gpu;
+pub mod onnx_pooling;
 pub mod onnx_weights;
 pub mod placement;
 pub mod pooling;

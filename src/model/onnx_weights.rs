@@ -82,14 +82,20 @@ fn weight_type_name(data_type: u64) -> Option<&'static str> {
     })
 }
 
-enum Value<'a> {
+/// One protobuf field's value (fixed-width values are skipped, not read).
+pub(crate) enum Value<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     Fixed,
 }
 
-/// The top-level fields of one protobuf message.
-struct Fields<'a>(&'a [u8]);
+/// The top-level fields of one protobuf message, as (field number, value).
+pub(crate) fn fields(message: &[u8]) -> Fields<'_> {
+    Fields(message)
+}
+
+/// See [`fields`].
+pub(crate) struct Fields<'a>(&'a [u8]);
 
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<(u64, Value<'a>), String>;

@@ -209,3 +209,34 @@ fn a_profiled_probe_batch_shows_where_the_real_work_runs() {
     let refusal = as_cuda.refusal("CUDAExecutionProvider").unwrap();
     assert!(refusal.contains("embed.allow_cpu_fallback = true"), "{refusal}");
 }
+
+#[test]
+fn mean_pooling_in_the_graph_equals_pooling_on_the_host() {
+    use embedding_pipeline::model::onnx_pooling::{POOLED_OUTPUT, output_names, with_mean_pooling};
+    use embedding_pipeline::model::{Pooling, runtime};
+    use ort::value::Tensor;
+    let bytes = std::fs::read(model_dir().join("onnx/model.onnx")).unwrap();
+    assert!(output_names(&bytes).unwrap().contains(&"last_hidden_state".to_string()));
+    let pooled = with_mean_pooling(&bytes, "last_hidden_state").unwrap().expect("opset 17, no external data");
+    let mut session =
+        ort::session::Session::builder(runtime::environment().unwrap()).unwrap().commit_from_memory(&pooled).unwrap();
+    // Two rows of 6 tokens, the second padded after 3: the mask must keep padding out of the mean.
+    let ids = vec![101i64, 7592, 2088, 2003, 2307, 102, 101, 7592, 102, 0, 0, 0];
+    let mask: Vec<i64> = ids.iter().enumerate().map(|(i, id)| i64::from(*id != 0 || i % 6 == 0)).collect();
+    let outputs = session
+        .run(ort::inputs![
+            "input_ids" => Tensor::from_array(([2usize, 6], ids.clone())).unwrap(),
+            "attention_mask" => Tensor::from_array(([2usize, 6], mask.clone())).unwrap(),
+            "token_type_ids" => Tensor::from_array(([2usize, 6], vec![0i64; 12])).unwrap(),
+        ])
+        .unwrap();
+    let (_, states) = outputs["last_hidden_state"].try_extract_tensor::<f32>().unwrap();
+    let (shape, in_graph) = outputs[POOLED_OUTPUT].try_extract_tensor::<f32>().unwrap();
+    assert_eq!(**shape, [2, 384]);
+    for r in 0..2 {
+        let mut host = vec![0.0; 384];
+        Pooling::Mean.pool_row(&states[r * 6 * 384..(r + 1) * 6 * 384], &mask[r * 6..(r + 1) * 6], 384, &mut host);
+        let diff = host.iter().zip(&in_graph[r * 384..(r + 1) * 384]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(diff < 1e-5, "row {r}: max difference {diff}");
+    }
+}
