@@ -513,7 +513,13 @@ pub fn node_placement(spec: &ModelSpec, placement: &Placement, wanted_provider: 
         Device::Cuda(ids) => ids.first().copied(),
     };
     let dir = tempfile::tempdir().map_err(|e| Error::Onnx(format!("cannot make a folder for the profile: {e}")))?;
-    let mut session = build_session(spec, &Graph::for_device(spec, &placement.device)?, placement, gpu, Some(&dir.path().join("probe")))?;
+    let mut session = build_session(
+        spec,
+        &Graph::for_device(spec, &placement.device)?,
+        placement,
+        gpu,
+        Some(&dir.path().join("probe")),
+    )?;
     placement::probe(&mut session, spec.pad_id, wanted_provider, dir.path())
         .map_err(|message| Error::Device { device: placement.device.name(), message })
 }
