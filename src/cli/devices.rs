@@ -3,6 +3,7 @@
 use ort::ep::ExecutionProvider;
 use serde::Serialize;
 
+use crate::model::device::library_version;
 use crate::model::gpu::{self, GpuSystem};
 use crate::model::runtime;
 
@@ -29,12 +30,12 @@ pub struct Devices {
 pub fn devices() -> Devices {
     let loaded = runtime::environment().map(|_| runtime::loaded_library().map(|p| p.to_path_buf()).unwrap_or_default());
     let cuda_provider = loaded.is_ok() && ort::ep::CUDA::is_available().unwrap_or(false);
-    let info = loaded.as_ref().ok().map(|lib| crate::model::DeviceInfo::cpu(lib, 1));
     let nvidia = gpu::probe();
+    let version = loaded.as_ref().ok().and_then(|lib| library_version(lib));
     Devices {
         onnxruntime_library: loaded.as_ref().ok().map(|p| p.display().to_string()),
         onnxruntime_error: loaded.err().map(|e| e.to_string()),
-        onnxruntime_version: info.map(|i| i.onnxruntime_version),
+        onnxruntime_version: version,
         cuda_provider,
         cuda_libraries: runtime::installed_cuda_libraries().map(|d| d.display().to_string()),
         nvidia_error: nvidia.as_ref().err().cloned(),
@@ -66,7 +67,7 @@ pub fn print(json: bool) -> anyhow::Result<()> {
         (Some(s), _) => {
             println!("NVIDIA driver {} (CUDA {}), {} GPU(s)", s.driver_version, s.cuda_driver_version, s.gpus.len());
             for g in &s.gpus {
-                println!("  cuda:{}: {}, compute {}, {} MiB", g.index, g.name, g.compute_capability, g.memory_mib);
+                println!("  {g}");
             }
         }
         (None, e) => println!("GPUs: none usable: {}", e.as_deref().unwrap_or("unknown")),

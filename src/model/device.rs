@@ -176,7 +176,7 @@ fn cpu_model() -> Option<String> {
 }
 
 /// Ask the library itself: `OrtGetApiBase()->GetVersionString()`.
-fn library_version(library: &Path) -> Option<String> {
+pub(crate) fn library_version(library: &Path) -> Option<String> {
     // SAFETY: the library is already loaded by ort (dlopen returns the same handle); OrtGetApiBase is
     // the C entry point every ONNX Runtime build exports, and GetVersionString returns a static string.
     unsafe {

@@ -198,8 +198,7 @@ impl Embedder {
             }
         };
 
-        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
-        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        let bad = |m: String| spec.onnx_error(m);
         let session = workers[0].session.lock().unwrap_or_else(|e| e.into_inner());
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for required in ["input_ids", "attention_mask"] {
@@ -250,7 +249,7 @@ impl Embedder {
         drop(session);
         // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
         if let Device::Cuda(_) = device {
-            let nodes = node_placement(&spec, placement, CUDA_PROVIDER)?;
+            let nodes = probe_placement(&spec, &graph, placement, CUDA_PROVIDER)?;
             if let Some(refusal) = nodes.refusal(CUDA_PROVIDER)
                 && !placement.allow_cpu_fallback
             {
@@ -453,10 +452,8 @@ impl Graph {
 
     /// The pooled graph when the model has a `last_hidden_state` output and can take the pooling nodes.
     fn load(spec: &ModelSpec) -> Result<Self> {
-        let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
-        let bytes = std::fs::read(&spec.onnx_path)
-            .map_err(|e| Error::model(&spec.dir, &onnx_file, format!("cannot read: {e}")))?;
-        let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+        let bytes = std::fs::read(&spec.onnx_path).map_err(|e| spec.onnx_error(format!("cannot read: {e}")))?;
+        let bad = |m: String| spec.onnx_error(m);
         if !onnx_pooling::output_names(&bytes).map_err(bad)?.iter().any(|n| n == "last_hidden_state") {
             return Ok(Self::File);
         }
@@ -479,8 +476,7 @@ fn build_session(
         Graph::Pooled(bytes) => b.commit_from_memory(bytes),
     };
     let env = runtime::environment()?;
-    let onnx_file = spec.onnx_path.strip_prefix(&spec.dir).unwrap_or(&spec.onnx_path).display().to_string();
-    let bad = |m: String| Error::model(&spec.dir, &onnx_file, m);
+    let bad = |m: String| spec.onnx_error(m);
     let device_err = |message: String| Error::Device { device: placement.device.name(), message };
     let mut builder = Session::builder(env)
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
@@ -508,18 +504,22 @@ fn build_session(
 /// Where the nodes of the model run under `placement` (on its first GPU for CUDA), judged against
 /// `wanted_provider`: one probe batch under ONNX Runtime's profiler.
 pub fn node_placement(spec: &ModelSpec, placement: &Placement, wanted_provider: &str) -> Result<NodePlacement> {
+    probe_placement(spec, &Graph::for_device(spec, &placement.device)?, placement, wanted_provider)
+}
+
+/// [`node_placement`] for a graph already read.
+fn probe_placement(
+    spec: &ModelSpec,
+    graph: &Graph,
+    placement: &Placement,
+    wanted_provider: &str,
+) -> Result<NodePlacement> {
     let gpu = match &placement.device {
         Device::Cpu => None,
         Device::Cuda(ids) => ids.first().copied(),
     };
     let dir = tempfile::tempdir().map_err(|e| Error::Onnx(format!("cannot make a folder for the profile: {e}")))?;
-    let mut session = build_session(
-        spec,
-        &Graph::for_device(spec, &placement.device)?,
-        placement,
-        gpu,
-        Some(&dir.path().join("probe")),
-    )?;
+    let mut session = build_session(spec, graph, placement, gpu, Some(&dir.path().join("probe")))?;
     placement::probe(&mut session, spec.pad_id, wanted_provider, dir.path())
         .map_err(|message| Error::Device { device: placement.device.name(), message })
 }

@@ -21,6 +21,13 @@ pub struct GpuInfo {
     pub memory_mib: u64,
 }
 
+impl std::fmt::Display for GpuInfo {
+    /// `cuda:0: NVIDIA A40 (compute 8.6, 45634 MiB)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cuda:{}: {} (compute {}, {} MiB)", self.index, self.name, self.compute_capability, self.memory_mib)
+    }
+}
+
 /// The GPUs and the software that drives them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuSystem {

@@ -136,6 +136,12 @@ impl ModelSpec {
         })
     }
 
+    /// An error about the ONNX file, naming the directory and the file within it.
+    pub fn onnx_error(&self, message: impl Into<String>) -> crate::error::Error {
+        let file = self.onnx_path.strip_prefix(&self.dir).unwrap_or(&self.onnx_path).display().to_string();
+        crate::error::Error::model(&self.dir, file, message)
+    }
+
     /// The directory's last component, used as the model's name in records.
     pub fn name(&self) -> String {
         self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| self.dir.display().to_string())

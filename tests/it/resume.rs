@@ -56,6 +56,11 @@ fn inspect(dir: &Path, out: &str) -> Value {
 }
 
 /// Committed versions, counted from the manifests on disk.
+/// `pipeline inspect --json` says the dataset holds `rows` rows, each id once.
+fn assert_every_id_once(j: &Value, rows: u64) {
+    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(rows), Some(true)), "{j}");
+}
+
 fn versions(dir: &Path, out: &str) -> usize {
     std::fs::read_dir(dir.join(out).join("_versions"))
         .map(|d| d.filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "manifest"))).count())
@@ -82,7 +87,7 @@ fn commits_stream_every_commit_rows_with_a_run_record_each() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("wrote 300 rows") && stdout.contains("in 3 commit(s), now at version 3"), "{stdout}");
     let j = inspect(d, "out.lance");
-    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(300), Some(true)));
+    assert_every_id_once(&j, 300);
     let runs: Vec<&Value> = j["versions"].as_array().unwrap().iter().map(|v| &v["run"]).collect();
     assert_eq!(runs.iter().map(|r| r["rows_written"].as_u64().unwrap()).collect::<Vec<_>>(), [100, 100, 100]);
     assert_eq!(runs.iter().map(|r| r["last_commit"].as_bool().unwrap()).collect::<Vec<_>>(), [false, false, true]);
@@ -132,7 +137,7 @@ fn killed_runs_resume_to_every_id_exactly_once_with_the_clean_vectors() {
     assert!(last.status.success(), "{}", stderr(&last));
 
     let j = inspect(d, "out.lance");
-    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(3000), Some(true)), "{j}");
+    assert_every_id_once(&j, 3000);
     let o = pipeline(&["compare", "clean.lance", "out.lance", "--json"], d);
     let c: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(o.status.success(), "{c}");
@@ -164,7 +169,7 @@ fn ctrl_c_commits_what_is_done_exits_non_zero_and_the_rerun_completes() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("resuming: {partial} of 2000 already done")));
     let j = inspect(d, "out.lance");
-    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2000), Some(true)));
+    assert_every_id_once(&j, 2000);
 }
 
 #[test]
@@ -209,7 +214,7 @@ fn integer_ids_resume_too() {
     let o = pipeline(&["run", "job.sql"], d);
     assert!(String::from_utf8_lossy(&o.stdout).contains("resuming: 20 of 30 already done"), "{}", stderr(&o));
     let j = inspect(d, "out.lance");
-    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(30), Some(true)));
+    assert_every_id_once(&j, 30);
 }
 
 #[test]
@@ -226,7 +231,7 @@ fn a_second_run_on_the_same_output_is_refused_while_the_first_runs() {
     let o = first.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let j = inspect(d, "out.lance");
-    assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(2000), Some(true)));
+    assert_every_id_once(&j, 2000);
 }
 
 #[test]
