@@ -217,6 +217,11 @@ md = [
     "runs the unmodified graph and copies every token's state back, while the pipeline pools inside the graph,",
     "so the pipeline can beat this floor there.",
 ]
+for name in ["cuda-2048", "cuda-16384"]:
+    cuda = ((figures.get(name) or {}).get("device") or {}).get("cuda") or {}
+    if cuda:
+        md += ["", f"{name}: inputs in {cuda.get('input_memory') or 'n/a'}; "
+                   f"CUDA runtime {cuda.get('cuda_runtime_version')}, cuDNN {cuda.get('cudnn_version')}."]
 if cuda_note:
     md += ["", f"**{cuda_note}**"]
 open(f"{report}/gpu-check.md", "w").write("\n".join(md) + "\n")

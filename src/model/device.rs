@@ -97,6 +97,9 @@ impl std::fmt::Display for DeviceInfo {
             if let Some(v) = &c.cudnn_version {
                 write!(f, ", cuDNN {v}")?;
             }
+            if !c.input_memory.is_empty() {
+                write!(f, ", inputs in {}", c.input_memory)?;
+            }
         }
         if let Some(n) = &self.nodes {
             write!(f, " ({}", n.summary())?;
@@ -122,6 +125,10 @@ pub struct CudaInfo {
     pub cuda_runtime_version: Option<String>,
     /// The cuDNN ONNX Runtime loaded.
     pub cudnn_version: Option<String>,
+    /// Where the model's inputs are written before the copy to the GPU: `pinned host memory`, or why
+    /// not. Empty in records written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub input_memory: String,
 }
 
 impl DeviceInfo {
@@ -161,6 +168,7 @@ impl DeviceInfo {
                 cuda_driver_version: system.cuda_driver_version.clone(),
                 cuda_runtime_version,
                 cudnn_version,
+                input_memory: String::new(),
             }),
             nodes: None,
         }

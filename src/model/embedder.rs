@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ort::ep::ExecutionProvider;
+use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
-use ort::session::{OutputSelector, RunOptions, Session};
-use ort::value::{Tensor, TensorElementType};
+use ort::value::TensorElementType;
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
+use crate::model::feed::{Feed, InputMemory};
 use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
@@ -122,9 +123,16 @@ enum Output {
 struct Worker {
     /// `cpu`, `cuda:0`…
     device: String,
-    session: Mutex<Session>,
+    bound: Mutex<BoundSession>,
     /// Model calls this session made.
     calls: AtomicU64,
+}
+
+/// A session and the IO binding that feeds it; used together, under one lock.
+#[derive(Debug)]
+struct BoundSession {
+    session: Session,
+    feed: Feed,
 }
 
 /// One model: its tokenizer and its ONNX Runtime sessions, loaded once and shared.
@@ -163,7 +171,11 @@ impl Embedder {
         let mut info = match device {
             Device::Cpu => {
                 for _ in 0..per_device {
-                    workers.push(Worker::new("cpu".into(), build_session(&spec, &graph, placement, None, None)?));
+                    workers.push(Worker::new(
+                        "cpu".into(),
+                        build_session(&spec, &graph, placement, None, None)?,
+                        None,
+                    )?);
                 }
                 DeviceInfo::cpu(&library, placement.intra_threads.max(1))
             }
@@ -191,15 +203,21 @@ impl Embedder {
                         workers.push(Worker::new(
                             format!("cuda:{id}"),
                             build_session(&spec, &graph, placement, Some(id), None)?,
-                        ));
+                            Some(id),
+                        )?);
                     }
                 }
-                DeviceInfo::cuda(&library, gpus, &system)
+                let mut info = DeviceInfo::cuda(&library, gpus, &system);
+                if let Some(cuda) = info.cuda.as_mut() {
+                    cuda.input_memory = input_memory(&workers);
+                }
+                info
             }
         };
 
         let bad = |m: String| spec.onnx_error(m);
-        let session = workers[0].session.lock().unwrap_or_else(|e| e.into_inner());
+        let bound = workers[0].bound.lock().unwrap_or_else(|e| e.into_inner());
+        let session = &bound.session;
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for required in ["input_ids", "attention_mask"] {
             if !inputs.contains(&required) {
@@ -246,7 +264,7 @@ impl Embedder {
             Some(TensorElementType::Float16) => true,
             Some(other) => return Err(bad(format!("output `{name}` is {other:?}; float32 or float16 is needed"))),
         };
-        drop(session);
+        drop(bound);
         // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
         if let Device::Cuda(_) = device {
             let nodes = probe_placement(&spec, &graph, placement, CUDA_PROVIDER)?;
@@ -285,36 +303,43 @@ impl Embedder {
         settings: &CallSettings,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
-        let mut ids = vec![self.spec.pad_id as i64; rows * len];
-        let mut mask = vec![0i64; rows * len];
-        let mut types = vec![0i64; rows * len];
-        for (r, &row) in batch.rows.iter().enumerate() {
-            let t = &tokens[row];
-            for (j, (&id, &ty)) in t.ids.iter().zip(&t.type_ids).enumerate() {
-                ids[r * len + j] = id as i64;
-                types[r * len + j] = ty as i64;
-                mask[r * len + j] = 1;
-            }
-        }
-        let shape = [rows, len];
-        let mut inputs = ort::inputs![
-            "input_ids" => Tensor::from_array((shape, ids))?,
-            "attention_mask" => Tensor::from_array((shape, mask.clone()))?,
-        ];
+        let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let BoundSession { session, feed } = &mut *bound;
+        let ids =
+            feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
+        let mask = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |_, _| 1, 0))?;
+        let types;
+        let mut inputs = vec![("input_ids", &ids), ("attention_mask", &mask)];
         if self.with_token_types {
-            inputs.push(("token_type_ids".into(), Tensor::from_array((shape, types))?.into()));
+            types = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.type_ids[j] as i64, 0))?;
+            inputs.push(("token_type_ids", &types));
         }
-        // Ask only for the output used: with mean pooling in the graph, one vector per row comes back
-        // instead of every token's state.
+        // Compute and copy back only the output used: with mean pooling in the graph, one vector per
+        // row instead of every token's state.
         let in_graph = self.pooled_in_graph && settings.pooling == Pooling::Mean;
         let wanted = match &self.output {
             Output::TokenStates(_) if in_graph => POOLED_OUTPUT,
             Output::TokenStates(name) | Output::Sentence(name) => name.as_str(),
         };
-        let options = RunOptions::new()?.with_outputs(OutputSelector::no_default().with(wanted));
-        let mut session = worker.session.lock().unwrap_or_else(|e| e.into_inner());
-        let outputs = session.run_with_options(inputs, &options)?;
+        let mask = mask.try_extract_tensor::<i64>()?.1;
+        let out = feed
+            .run(session, &inputs, wanted, |outputs| self.read_output(outputs, wanted, batch, len, mask, settings))?;
         worker.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// The pooled vector of each row of `batch` from the session's `outputs`.
+    fn read_output(
+        &self,
+        outputs: &ort::session::SessionOutputs<'_>,
+        wanted: &str,
+        batch: &Batch,
+        len: usize,
+        mask: &[i64],
+        settings: &CallSettings,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let rows = batch.rows.len();
+        let in_graph = wanted == POOLED_OUTPUT;
         let dim = self.spec.dim;
         let mut out = Vec::with_capacity(rows);
         match &self.output {
@@ -424,8 +449,43 @@ impl Embedder {
 }
 
 impl Worker {
-    fn new(device: String, session: Session) -> Self {
-        Self { device, session: Mutex::new(session), calls: AtomicU64::new(0) }
+    /// A worker for `session`, fed through pinned memory when it runs on GPU `gpu`.
+    fn new(device: String, session: Session, gpu: Option<i32>) -> Result<Self> {
+        let feed = Feed::new(&session, gpu)?;
+        Ok(Self { device, bound: Mutex::new(BoundSession { session, feed }), calls: AtomicU64::new(0) })
+    }
+}
+
+/// Write one `[rows, len]` input of `batch`: each row's `value(text, position)` for its tokens, then `pad`.
+fn fill_rows(
+    data: &mut [i64],
+    tokens: &[Tokenized],
+    batch: &Batch,
+    len: usize,
+    value: impl Fn(&Tokenized, usize) -> i64,
+    pad: impl Into<i64>,
+) {
+    let pad = pad.into();
+    for (r, &row) in batch.rows.iter().enumerate() {
+        let t = &tokens[row];
+        for (j, slot) in data[r * len..(r + 1) * len].iter_mut().enumerate() {
+            *slot = if j < t.ids.len() { value(t, j) } else { pad };
+        }
+    }
+}
+
+/// For the run record: where the workers' inputs are written (the first one that differs from pinned
+/// memory, if any does).
+fn input_memory(workers: &[Worker]) -> String {
+    let memories: Vec<InputMemory> =
+        workers.iter().map(|w| w.bound.lock().unwrap_or_else(|e| e.into_inner()).feed.memory().clone()).collect();
+    let odd = memories.iter().find(|m| !matches!(m, InputMemory::Pinned(_)));
+    match odd {
+        Some(m) => {
+            tracing::warn!("GPU inputs are not in pinned memory: {}", m.describe());
+            m.describe()
+        }
+        None => InputMemory::Pinned(0).describe(),
     }
 }
 

@@ -8,12 +8,14 @@
 //! - [`placement`] checks from a profiled probe batch that a GPU run's real work stays on the GPU.
 //! - [`onnx_pooling`] adds mean pooling to a model's graph, so a GPU returns vectors, not token states.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
+//! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
 pub mod device;
 pub mod embedder;
+pub mod feed;
 pub mod gpu;
 pub mod onnx_pooling;
 pub mod onnx_weights;

@@ -240,3 +240,64 @@ fn mean_pooling_in_the_graph_equals_pooling_on_the_host() {
         assert!(diff < 1e-5, "row {r}: max difference {diff}");
     }
 }
+
+#[test]
+fn a_bound_run_equals_a_plain_run_and_a_gpu_feed_without_pinned_memory_says_why() {
+    use embedding_pipeline::model::feed::{Feed, InputMemory};
+    use embedding_pipeline::model::onnx_pooling::{POOLED_OUTPUT, with_mean_pooling};
+    use embedding_pipeline::model::runtime;
+    use ort::session::{Session, SessionOutputs};
+    use ort::value::Tensor;
+    let bytes = std::fs::read(model_dir().join("onnx/model.onnx")).unwrap();
+    let pooled = with_mean_pooling(&bytes, "last_hidden_state").unwrap().unwrap();
+    let mut session = Session::builder(runtime::environment().unwrap()).unwrap().commit_from_memory(&pooled).unwrap();
+    // Two batches of different shapes: 2 rows of 6 tokens (the second padded after 3), and 1 row of 3.
+    let ids_a = vec![101i64, 7592, 2088, 2003, 2307, 102, 101, 7592, 102, 0, 0, 0];
+    let mask_a: Vec<i64> = ids_a.iter().enumerate().map(|(i, id)| i64::from(*id != 0 || i % 6 == 0)).collect();
+    let batches = [(2usize, 6usize, ids_a, mask_a), (1, 3, vec![101, 2088, 102], vec![1, 1, 1])];
+    let mut expected = Vec::new();
+    for (rows, len, ids, mask) in &batches {
+        let plain = session
+            .run(ort::inputs![
+                "input_ids" => Tensor::from_array(([*rows, *len], ids.clone())).unwrap(),
+                "attention_mask" => Tensor::from_array(([*rows, *len], mask.clone())).unwrap(),
+                "token_type_ids" => Tensor::from_array(([*rows, *len], vec![0i64; rows * len])).unwrap(),
+            ])
+            .unwrap();
+        let out = |name: &str| plain[name].try_extract_tensor::<f32>().unwrap().1.to_vec();
+        expected.push([("last_hidden_state", out("last_hidden_state")), (POOLED_OUTPUT, out(POOLED_OUTPUT))]);
+    }
+
+    // A CPU session fed as if it ran on GPU 0 has no pinned allocator: the feed says why and falls back
+    // to ordinary host memory. Both feeds give the plain runs' outputs bit for bit, whichever output is
+    // asked for, as the batch shape changes from call to call.
+    let host = Feed::new(&session, None).unwrap();
+    assert_eq!(*host.memory(), InputMemory::Host);
+    let gpu = Feed::new(&session, Some(0)).unwrap();
+    let InputMemory::PinnedUnavailable(why) = gpu.memory() else { panic!("{:?}", gpu.memory()) };
+    assert!(!why.is_empty());
+    assert!(gpu.memory().describe().starts_with("pageable host memory (no pinned allocator: "));
+    let read = |o: &SessionOutputs<'_>| {
+        assert_eq!(o.len(), 1, "only the bound output comes back");
+        Ok(o[0].try_extract_tensor::<f32>()?.1.to_vec())
+    };
+    for mut feed in [host, gpu] {
+        let mut run = |b: usize, output: &str| {
+            let (rows, len, ids, mask) = &batches[b];
+            let ids_t = feed.input(*rows, *len, |d| d.copy_from_slice(ids)).unwrap();
+            let mask_t = feed.input(*rows, *len, |d| d.copy_from_slice(mask)).unwrap();
+            let types_t = feed.input(*rows, *len, |_| {}).unwrap();
+            assert!(types_t.try_extract_tensor::<i64>().unwrap().1.iter().all(|v| *v == 0), "inputs start zeroed");
+            let inputs = [("input_ids", &ids_t), ("attention_mask", &mask_t), ("token_type_ids", &types_t)];
+            feed.run(&mut session, &inputs, output, read)
+        };
+        for (b, o) in [(0, 1), (1, 0), (0, 0), (1, 1), (0, 1)] {
+            let (name, want) = &expected[b][o];
+            assert_eq!(&run(b, name).unwrap(), want, "batch {b}, {name}");
+        }
+        // An output the model lacks is an error, and the feed still works after it.
+        let err = run(1, "no_such_output").unwrap_err();
+        assert!(err.to_string().contains("no_such_output"), "{err}");
+        assert_eq!(run(0, POOLED_OUTPUT).unwrap(), expected[0][1].1);
+    }
+}
