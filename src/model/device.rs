@@ -202,7 +202,29 @@ pub(crate) fn library_version(library: &Path) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::Device;
+    use super::{CudaInfo, Device, DeviceInfo};
+    use crate::model::gpu::GpuInfo;
+
+    #[test]
+    fn a_gpu_record_says_where_inputs_were_written_and_older_records_still_read() {
+        let older = r#"{"provider": "CUDAExecutionProvider", "device": "cuda:0: NVIDIA A40 (compute 8.6, 45634 MiB)",
+            "onnxruntime_version": "1.31.1", "onnxruntime_library": "/x/libonnxruntime.so",
+            "cuda": {"gpus": [{"index": 0, "name": "NVIDIA A40", "compute_capability": "8.6", "memory_mib": 45634}],
+                     "driver_version": "580.82.07", "cuda_driver_version": "13.0",
+                     "cuda_runtime_version": "13.0", "cudnn_version": "9.14.0"}}"#;
+        let mut info: DeviceInfo = serde_json::from_str(older).unwrap();
+        let cuda: &mut CudaInfo = info.cuda.as_mut().unwrap();
+        assert_eq!(cuda.input_memory, "", "records written before input_memory was kept");
+        assert_eq!(
+            cuda.gpus[0],
+            GpuInfo { index: 0, name: "NVIDIA A40".into(), compute_capability: "8.6".into(), memory_mib: 45634 }
+        );
+        assert!(!info.to_string().contains("inputs in"), "{info}");
+        info.cuda.as_mut().unwrap().input_memory = "pinned host memory".into();
+        assert!(info.to_string().ends_with("cuDNN 9.14.0, inputs in pinned host memory"), "{info}");
+        let back: DeviceInfo = serde_json::from_str(&serde_json::to_string(&info).unwrap()).unwrap();
+        assert_eq!(back, info);
+    }
 
     #[test]
     fn parses_device_settings() {
