@@ -27,8 +27,7 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
     if statements.is_empty() {
         return Err(anyhow!("job file {} holds no SQL statements", file.display()));
     }
-    let mut options = EmbedOptions::default();
-    options.restart = restart;
+    let mut options = EmbedOptions { restart, ..EmbedOptions::default() };
     if let Some(device) = device {
         options.device = device;
     }

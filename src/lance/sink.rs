@@ -197,11 +197,11 @@ impl DataSink for LanceSink {
             };
             if finished {
                 writer.commit(std::mem::take(&mut buffer), true).await?;
-                if !options.tag.is_empty() {
-                    if let Some(v) = writer.version {
-                        let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
-                        ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
-                    }
+                if !options.tag.is_empty()
+                    && let Some(v) = writer.version
+                {
+                    let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
+                    ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
                 }
                 return Ok(writer.rows);
             }

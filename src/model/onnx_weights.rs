@@ -183,7 +183,7 @@ mod tests {
         let mut t: Vec<u8> = dims.iter().flat_map(|d| [key(1, 0), encode(*d)].concat()).collect();
         t.extend([key(2, 0), encode(data_type)].concat());
         t.extend(bytes_field(8, b"w"));
-        t.extend(bytes_field(9, &vec![0u8; 40]));
+        t.extend(bytes_field(9, &[0u8; 40]));
         t
     }
 

@@ -217,7 +217,8 @@ mod tests {
 
     #[test]
     fn each_missing_or_inconsistent_file_is_named() {
-        let cases: [(&str, Box<dyn Fn(&Path)>); 7] = [
+        type Break = Box<dyn Fn(&Path)>;
+        let cases: [(&str, Break); 7] = [
             ("modules.json", Box::new(|d| std::fs::remove_file(d.join("modules.json")).unwrap())),
             ("1_Pooling/config.json", Box::new(|d| std::fs::remove_file(d.join("1_Pooling/config.json")).unwrap())),
             (

@@ -263,10 +263,9 @@ impl Job {
             picks.push((i, cursors[i].row));
             cursors[i].row += 1;
             let exhausted_batch = cursors[i].batch.as_ref().is_some_and(|b| cursors[i].row >= b.num_rows());
-            if picks.len() >= self.batch_size || exhausted_batch {
-                if !self.emit_picks(&cursors, &mut picks, tx).await? {
-                    return Ok(());
-                }
+            if (picks.len() >= self.batch_size || exhausted_batch) && !self.emit_picks(&cursors, &mut picks, tx).await?
+            {
+                return Ok(());
             }
             if exhausted_batch {
                 cursors[i].batch = cursors[i].reader.next().transpose()?;

@@ -192,7 +192,7 @@ fn several_sessions_share_the_batches_and_give_the_same_vectors() {
 #[test]
 fn a_profiled_probe_batch_shows_where_the_real_work_runs() {
     use embedding_pipeline::model::{ModelSpec, Placement, node_placement};
-    let spec = ModelSpec::load(&model_dir()).unwrap();
+    let spec = ModelSpec::load(model_dir()).unwrap();
     // On the CPU, judged as the CPU run it is: every node on the CPU provider, nothing fell back.
     let cpu = node_placement(&spec, &Placement::cpu(1), "CPUExecutionProvider").unwrap();
     let nodes = cpu.nodes_per_provider["CPUExecutionProvider"];
