@@ -220,6 +220,7 @@ mod tests {
             GpuInfo { index: 0, name: "NVIDIA A40".into(), compute_capability: "8.6".into(), memory_mib: 45634 }
         );
         assert!(!info.to_string().contains("inputs in"), "{info}");
+        assert!(!serde_json::to_string(&info).unwrap().contains("input_memory"), "an empty field is not written");
         info.cuda.as_mut().unwrap().input_memory = "pinned host memory".into();
         assert!(info.to_string().ends_with("cuDNN 9.14.0, inputs in pinned host memory"), "{info}");
         let back: DeviceInfo = serde_json::from_str(&serde_json::to_string(&info).unwrap()).unwrap();

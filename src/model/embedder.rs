@@ -474,23 +474,17 @@ fn fill_rows(
     }
 }
 
-/// For the run record: where the workers' inputs are written (the first one that differs from pinned
-/// memory, if any does).
+/// For the run record of a GPU run: where the workers' inputs are written (see [`InputMemory::record`]).
 fn input_memory(workers: &[Worker]) -> String {
     let memories: Vec<InputMemory> =
         workers.iter().map(|w| w.bound.lock().unwrap_or_else(|e| e.into_inner()).feed.memory().clone()).collect();
-    let odd = memories.iter().find(|m| !matches!(m, InputMemory::Pinned(_)));
-    match odd {
-        Some(m) => {
-            tracing::warn!("GPU inputs are not in pinned memory: {}", m.describe());
-            m.describe()
-        }
-        None => InputMemory::Pinned(0).describe(),
+    let record = InputMemory::record(&memories);
+    if memories.iter().any(|m| !m.is_pinned()) {
+        tracing::warn!("GPU inputs are not in pinned memory: {record}");
     }
+    record
 }
 
-/// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
-/// file-name prefix) when given.
 /// What sessions are built from: the ONNX file as it is, or its bytes with mean pooling added to the graph
 /// (see [`onnx_pooling`]).
 enum Graph {
@@ -524,6 +518,8 @@ impl Graph {
     }
 }
 
+/// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
+/// file-name prefix) when given.
 fn build_session(
     spec: &ModelSpec,
     graph: &Graph,

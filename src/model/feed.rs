@@ -2,11 +2,12 @@
 //! in pinned (page-locked) host memory on a GPU.
 //!
 //! On a GPU, inputs in ordinary (pageable) host memory are first copied by the driver into a pinned
-//! staging buffer, and the copy to the device waits for that. Inputs written straight into memory
-//! from ONNX Runtime's pinned allocator (an arena, so the blocks are reused from call to call) skip
-//! that step. The output is bound to host memory, so what the graph returns (one pooled vector per
-//! text on a GPU, see [`crate::model::onnx_pooling`]) is the only thing copied back, and only the
-//! bound output is computed.
+//! staging buffer before the copy to the device. Inputs written straight into memory from ONNX
+//! Runtime's pinned allocator skip that step. Whether that allocator is an arena (blocks reused from
+//! call to call) or allocates and frees pinned memory for every batch is read from a probe tensor at
+//! load and kept in the run record. The output is bound to host memory, so what the graph returns
+//! (one pooled vector per text on a GPU, see [`crate::model::onnx_pooling`]) is the only thing copied
+//! back, and only the bound output is computed.
 //!
 //! On the CPU the inputs are ordinary host tensors: the same code path, tested in CI, with nothing to
 //! copy.
@@ -17,26 +18,49 @@ use ort::value::Tensor;
 
 use crate::error::Result;
 
+/// ONNX Runtime's name for pinned host memory of the CUDA provider.
+const CUDA_PINNED: &str = "CudaPinned";
+
 /// Where a session's inputs are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InputMemory {
-    /// Ordinary host memory: the CPU provider reads it in place.
+    /// Ordinary host tensors: the CPU provider reads them in place.
     Host,
-    /// ONNX Runtime's pinned host memory for GPU `n`.
-    Pinned(i32),
-    /// A GPU run whose pinned allocator could not be had; inputs are in ordinary host memory, which
-    /// works, only with one more copy. The reason is kept for the run record.
+    /// Memory from an ONNX Runtime allocator of the session: `CudaPinned` on a GPU.
+    Allocator {
+        /// ONNX Runtime's name for the memory, e.g. `CudaPinned`.
+        device: String,
+        /// Whether the allocator is an arena that reuses blocks across calls.
+        arena: bool,
+    },
+    /// A GPU run whose pinned allocator could not be had or could not allocate at load; inputs are in
+    /// ordinary host memory, which works, only with one more copy. The reason is kept for the record.
     PinnedUnavailable(String),
 }
 
 impl InputMemory {
-    /// For the run record: `pinned host memory` or `pageable host memory (…why…)`.
+    /// Whether inputs go into the CUDA provider's pinned memory.
+    pub fn is_pinned(&self) -> bool {
+        matches!(self, Self::Allocator { device, .. } if device == CUDA_PINNED)
+    }
+
+    /// For the run record, e.g. `pinned host memory (ONNX Runtime's arena)`.
     pub fn describe(&self) -> String {
+        let how = |arena: bool| if arena { "ONNX Runtime's arena" } else { "no arena: allocated for every batch" };
         match self {
             Self::Host => "host memory".into(),
-            Self::Pinned(_) => "pinned host memory".into(),
+            Self::Allocator { device, arena } if device == CUDA_PINNED => {
+                format!("pinned host memory ({})", how(*arena))
+            }
+            Self::Allocator { device, arena } => format!("{device} memory ({})", how(*arena)),
             Self::PinnedUnavailable(why) => format!("pageable host memory (no pinned allocator: {why})"),
         }
+    }
+
+    /// For the record of a run over several sessions: the first one whose inputs are not pinned, which is
+    /// what a reader needs to see, or else the first one.
+    pub fn record(memories: &[InputMemory]) -> String {
+        memories.iter().find(|m| !m.is_pinned()).or(memories.first()).map(Self::describe).unwrap_or_default()
     }
 }
 
@@ -45,27 +69,39 @@ impl InputMemory {
 #[derive(Debug)]
 pub struct Feed {
     binding: IoBinding,
-    /// ONNX Runtime's pinned allocator on a GPU; `None`: inputs are ordinary host tensors.
-    pinned: Option<Allocator>,
+    /// The session's allocator inputs come from (pinned on a GPU); `None`: ordinary host tensors.
+    allocator: Option<Allocator>,
     memory: InputMemory,
     /// Host memory the output is bound to.
     output_memory: MemoryInfo<'static>,
 }
 
 impl Feed {
-    /// The feed for `session`, with pinned inputs when it runs on GPU `gpu`. A missing pinned allocator
-    /// is not an error (see [`InputMemory::PinnedUnavailable`]).
+    /// The feed for `session`, with pinned inputs when it runs on GPU `gpu`. A pinned allocator that
+    /// is missing, or cannot allocate, is not an error (see [`InputMemory::PinnedUnavailable`]).
     pub fn new(session: &Session, gpu: Option<i32>) -> Result<Self> {
-        let (pinned, memory) = match gpu {
-            None => (None, InputMemory::Host),
-            Some(id) => match pinned_allocator(session, id) {
-                Ok(a) => (Some(a), InputMemory::Pinned(id)),
-                Err(e) => (None, InputMemory::PinnedUnavailable(e.to_string())),
-            },
+        let Some(id) = gpu else {
+            return Self::build(session, None, InputMemory::Host);
         };
+        let pinned = MemoryInfo::new(AllocationDevice::CUDA_PINNED, id, AllocatorType::Device, MemoryType::CPUInput)
+            .and_then(|info| Allocator::new(session, info));
+        match pinned.map_err(|e| e.to_string()).and_then(probe) {
+            Ok((allocator, memory)) => Self::build(session, Some(allocator), memory),
+            Err(why) => Self::build(session, None, InputMemory::PinnedUnavailable(why)),
+        }
+    }
+
+    /// A feed whose inputs come from `allocator`, one of the session's own. [`Feed::new`] uses this path
+    /// with the pinned allocator on a GPU; tests use it with the CPU allocator of a CPU session.
+    pub fn with_input_allocator(session: &Session, allocator: Allocator) -> Result<Self> {
+        let (allocator, memory) = probe(allocator).map_err(crate::error::Error::Onnx)?;
+        Self::build(session, Some(allocator), memory)
+    }
+
+    fn build(session: &Session, allocator: Option<Allocator>, memory: InputMemory) -> Result<Self> {
         Ok(Self {
             binding: session.create_binding()?,
-            pinned,
+            allocator,
             memory,
             output_memory: MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::CPUOutput)?,
         })
@@ -78,12 +114,9 @@ impl Feed {
 
     /// A `[rows, len]` int64 input tensor, zeroed, then written by `fill`.
     pub fn input(&self, rows: usize, len: usize, fill: impl FnOnce(&mut [i64])) -> Result<Tensor<i64>> {
-        let mut tensor = match &self.pinned {
-            Some(pinned) => {
-                let mut t = Tensor::<i64>::new(pinned, [rows, len])?;
-                t.try_extract_tensor_mut::<i64>()?.1.fill(0);
-                t
-            }
+        let mut tensor = match &self.allocator {
+            // ort zeroes host-accessible memory it allocates, pinned memory included.
+            Some(allocator) => Tensor::<i64>::new(allocator, [rows, len])?,
             None => Tensor::from_array(([rows, len], vec![0i64; rows * len]))?,
         };
         fill(tensor.try_extract_tensor_mut::<i64>()?.1);
@@ -91,8 +124,9 @@ impl Feed {
     }
 
     /// Run `session` on `inputs` (by input name), computing only `output`, which comes back in host
-    /// memory, and hand the outputs to `read`. The inputs are unbound afterwards, so pinned blocks go
-    /// back to the arena before the next call takes its own.
+    /// memory, and hand the outputs to `read`. Inputs and output are unbound afterwards, whether the run
+    /// worked or not: pinned blocks go back to the allocator, the binding keeps no copy of the output
+    /// between calls, and the next call starts from an empty binding.
     pub fn run<R>(
         &mut self,
         session: &mut Session,
@@ -102,6 +136,10 @@ impl Feed {
     ) -> Result<R> {
         let result = self.bind_and_run(session, inputs, output, read);
         self.binding.clear_inputs();
+        // NOTE: besides freeing the output, this matters for correctness: an output value left in the
+        // binding is taken by ONNX Runtime as preallocated on the next run, which then fails whenever
+        // the batch shape changes.
+        self.binding.clear_outputs();
         result
     }
 
@@ -115,19 +153,44 @@ impl Feed {
         for (name, tensor) in inputs {
             self.binding.bind_input(*name, *tensor)?;
         }
-        // NOTE: bound anew on every call. After a run the binding holds that run's output value, and
-        // ONNX Runtime treats it as preallocated on the next run: with another batch shape the run fails.
-        self.binding.clear_outputs();
         self.binding.bind_output_to_device(output, &self.output_memory)?;
         let outputs = session.run_binding(&self.binding)?;
         read(&outputs)
     }
 }
 
-/// ONNX Runtime's pinned host allocator for GPU `id`, as registered by the session's CUDA provider.
-fn pinned_allocator(session: &Session, id: i32) -> ort::Result<Allocator> {
-    Allocator::new(
-        session,
-        MemoryInfo::new(AllocationDevice::CUDA_PINNED, id, AllocatorType::Device, MemoryType::CPUInput)?,
-    )
+/// Check that `allocator` can allocate (a restricted container may refuse pinned memory), and read from
+/// what it returns which memory it is and whether it is an arena.
+fn probe(allocator: Allocator) -> std::result::Result<(Allocator, InputMemory), String> {
+    let tensor = Tensor::<i64>::new(&allocator, [1usize, 1]).map_err(|e| format!("cannot allocate: {e}"))?;
+    let info = tensor.memory_info();
+    let memory = InputMemory::Allocator {
+        device: info.allocation_device().as_str().to_string(),
+        arena: info.allocator_type() == AllocatorType::Arena,
+    };
+    drop(tensor);
+    Ok((allocator, memory))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InputMemory;
+
+    #[test]
+    fn the_record_names_the_first_session_without_pinned_inputs() {
+        let pinned = InputMemory::Allocator { device: "CudaPinned".into(), arena: true };
+        let unavailable = InputMemory::PinnedUnavailable("No requested allocator available".into());
+        assert_eq!(InputMemory::record(&[pinned.clone(), pinned.clone()]), "pinned host memory (ONNX Runtime's arena)");
+        assert_eq!(
+            InputMemory::record(&[pinned.clone(), unavailable.clone(), InputMemory::Host]),
+            "pageable host memory (no pinned allocator: No requested allocator available)"
+        );
+        assert_eq!(InputMemory::record(&[]), "");
+        assert!(pinned.is_pinned() && !unavailable.is_pinned() && !InputMemory::Host.is_pinned());
+        let no_arena = InputMemory::Allocator { device: "CudaPinned".into(), arena: false };
+        assert_eq!(no_arena.describe(), "pinned host memory (no arena: allocated for every batch)");
+        let cpu = InputMemory::Allocator { device: "Cpu".into(), arena: true };
+        assert!(!cpu.is_pinned());
+        assert_eq!(cpu.describe(), "Cpu memory (ONNX Runtime's arena)");
+    }
 }

@@ -269,35 +269,60 @@ fn a_bound_run_equals_a_plain_run_and_a_gpu_feed_without_pinned_memory_says_why(
     }
 
     // A CPU session fed as if it ran on GPU 0 has no pinned allocator: the feed says why and falls back
-    // to ordinary host memory. Both feeds give the plain runs' outputs bit for bit, whichever output is
-    // asked for, as the batch shape changes from call to call.
+    // to ordinary host memory. A feed whose inputs come from one of the session's own allocators (on a
+    // GPU the pinned one; here the CPU's) takes the allocator path. All three give the plain runs'
+    // outputs bit for bit, whichever output is asked for, as the batch shape changes from call to call.
     let host = Feed::new(&session, None).unwrap();
     assert_eq!(*host.memory(), InputMemory::Host);
     let gpu = Feed::new(&session, Some(0)).unwrap();
     let InputMemory::PinnedUnavailable(why) = gpu.memory() else { panic!("{:?}", gpu.memory()) };
-    assert!(!why.is_empty());
+    assert!(why.contains("No requested allocator available"), "{why}");
     assert!(gpu.memory().describe().starts_with("pageable host memory (no pinned allocator: "));
+    let cpu_allocator = ort::memory::Allocator::new(
+        &session,
+        ort::memory::MemoryInfo::new(
+            ort::memory::AllocationDevice::CPU,
+            0,
+            ort::memory::AllocatorType::Device,
+            ort::memory::MemoryType::Default,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let allocated = Feed::with_input_allocator(&session, cpu_allocator).unwrap();
+    assert!(
+        matches!(allocated.memory(), InputMemory::Allocator { device, .. } if device == "Cpu"),
+        "{:?}",
+        allocated.memory()
+    );
     let read = |o: &SessionOutputs<'_>| {
         assert_eq!(o.len(), 1, "only the bound output comes back");
         Ok(o[0].try_extract_tensor::<f32>()?.1.to_vec())
     };
-    for mut feed in [host, gpu] {
-        let mut run = |b: usize, output: &str| {
+    for mut feed in [host, gpu, allocated] {
+        let mut run = |b: usize, output: &str, names: [&str; 3]| {
             let (rows, len, ids, mask) = &batches[b];
             let ids_t = feed.input(*rows, *len, |d| d.copy_from_slice(ids)).unwrap();
             let mask_t = feed.input(*rows, *len, |d| d.copy_from_slice(mask)).unwrap();
             let types_t = feed.input(*rows, *len, |_| {}).unwrap();
             assert!(types_t.try_extract_tensor::<i64>().unwrap().1.iter().all(|v| *v == 0), "inputs start zeroed");
-            let inputs = [("input_ids", &ids_t), ("attention_mask", &mask_t), ("token_type_ids", &types_t)];
+            let all = [(names[0], &ids_t), (names[1], &mask_t), (names[2], &types_t)];
+            let inputs: Vec<_> = all.into_iter().filter(|(n, _)| !n.is_empty()).collect();
             feed.run(&mut session, &inputs, output, read)
         };
+        let names = ["input_ids", "attention_mask", "token_type_ids"];
         for (b, o) in [(0, 1), (1, 0), (0, 0), (1, 1), (0, 1)] {
             let (name, want) = &expected[b][o];
-            assert_eq!(&run(b, name).unwrap(), want, "batch {b}, {name}");
+            assert_eq!(&run(b, name, names).unwrap(), want, "batch {b}, {name}");
         }
-        // An output the model lacks is an error, and the feed still works after it.
-        let err = run(1, "no_such_output").unwrap_err();
+        // Each call starts from an empty binding: an input left out is missing, not the last call's.
+        let err = run(1, POOLED_OUTPUT, ["input_ids", "attention_mask", ""]).unwrap_err();
+        assert!(err.to_string().contains("token_type_ids"), "{err}");
+        // An output or input the model lacks is an error, and the feed works again after each.
+        let err = run(1, "no_such_output", names).unwrap_err();
         assert!(err.to_string().contains("no_such_output"), "{err}");
-        assert_eq!(run(0, POOLED_OUTPUT).unwrap(), expected[0][1].1);
+        let err = run(1, POOLED_OUTPUT, ["input_ids", "no_such_input", "token_type_ids"]).unwrap_err();
+        assert!(err.to_string().contains("no_such_input"), "{err}");
+        assert_eq!(run(0, POOLED_OUTPUT, names).unwrap(), expected[0][1].1);
     }
 }
