@@ -8,6 +8,7 @@
 //! - [`placement`] checks from a profiled probe batch that a GPU run's real work stays on the GPU.
 //! - [`onnx_pooling`] adds mean pooling to a model's graph, so a GPU returns vectors, not token states.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
+//! - `protobuf` (crate-private) reads and writes the few protobuf fields the two modules above need.
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
@@ -21,6 +22,7 @@ pub mod onnx_pooling;
 pub mod onnx_weights;
 pub mod placement;
 pub mod pooling;
+pub(crate) mod protobuf;
 pub mod registry;
 pub mod runtime;
 pub mod spec;

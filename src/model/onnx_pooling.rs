@@ -12,7 +12,7 @@
 //! across batchings (the graph's ReduceSum over a padded length adds in another order: last-bit
 //! differences, measured 1e-9, that would break the exact batch invariance the CPU path has).
 
-use crate::model::onnx_weights::{Value, fields};
+use crate::model::protobuf::{Value, bytes_field, fields, int_field, string_field};
 
 /// The added output's name.
 pub const POOLED_OUTPUT: &str = "embedding_pipeline_mean_pooled";
@@ -128,33 +128,6 @@ fn int64_tensor(name: &str, value: i64) -> Vec<u8> {
 /// A float32 scalar TensorProto (shape []).
 fn float_tensor(name: &str, value: f32) -> Vec<u8> {
     [int_field(2, 1), string_field(8, name), bytes_field(9, &value.to_le_bytes())].concat()
-}
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn int_field(number: u64, value: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    varint(number << 3, &mut out);
-    varint(value, &mut out);
-    out
-}
-
-fn bytes_field(number: u64, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() + 8);
-    varint(number << 3 | 2, &mut out);
-    varint(bytes.len() as u64, &mut out);
-    out.extend_from_slice(bytes);
-    out
-}
-
-fn string_field(number: u64, s: &str) -> Vec<u8> {
-    bytes_field(number, s.as_bytes())
 }
 
 #[cfg(test)]

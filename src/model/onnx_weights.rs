@@ -2,12 +2,14 @@
 //! `bfloat16` or a quantised `int8` / `uint8`. It goes into the campaign fingerprint, so that an fp16 or
 //! int8 export of a model is never taken for its fp32 original.
 //!
-//! ONNX files are protobuf (`ModelProto`). Only the few fields needed are decoded, by hand, to keep a
-//! protobuf code generator out of the build: `ModelProto.graph` (7) → `GraphProto.initializer` (5) →
+//! ONNX files are protobuf (`ModelProto`). Only the few fields needed are decoded, by hand
+//! (`model::protobuf`): `ModelProto.graph` (7) → `GraphProto.initializer` (5) →
 //! `TensorProto.dims` (1) and `TensorProto.data_type` (2). Weight bytes are skipped, never copied.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+
+use crate::model::protobuf::{Value, fields, read_varint};
 
 /// Elements per weight type, over the graph's initializers of floating or small-integer type (shape
 /// constants such as int64 initializers are not weights and are left out).
@@ -34,10 +36,10 @@ pub fn weight_types(path: &Path) -> Result<WeightTypes, String> {
 
 fn weight_types_of(model: &[u8]) -> Result<WeightTypes, String> {
     let mut types = WeightTypes::default();
-    for field in Fields(model) {
+    for field in fields(model) {
         let (number, value) = field.map_err(|e| format!("not an ONNX model: {e}"))?;
         let (7, Value::Bytes(graph)) = (number, value) else { continue };
-        for field in Fields(graph) {
+        for field in fields(graph) {
             let (number, value) = field.map_err(|e| format!("not an ONNX model (in its graph): {e}"))?;
             let (5, Value::Bytes(tensor)) = (number, value) else { continue };
             let (data_type, elements) = tensor_type_and_size(tensor)?;
@@ -51,12 +53,12 @@ fn weight_types_of(model: &[u8]) -> Result<WeightTypes, String> {
 
 fn tensor_type_and_size(tensor: &[u8]) -> Result<(u64, u64), String> {
     let (mut data_type, mut elements) = (0, 1u64);
-    for field in Fields(tensor) {
+    for field in fields(tensor) {
         match field.map_err(|e| format!("not an ONNX model (in an initializer): {e}"))? {
             (1, Value::Varint(d)) => elements = elements.saturating_mul(d),
             (1, Value::Bytes(mut packed)) => {
                 while !packed.is_empty() {
-                    elements = elements.saturating_mul(varint(&mut packed)?);
+                    elements = elements.saturating_mul(read_varint(&mut packed)?);
                 }
             }
             (2, Value::Varint(t)) => data_type = t,
@@ -82,106 +84,21 @@ fn weight_type_name(data_type: u64) -> Option<&'static str> {
     })
 }
 
-/// One protobuf field's value (fixed-width values are skipped, not read).
-pub(crate) enum Value<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// The top-level fields of one protobuf message, as (field number, value).
-pub(crate) fn fields(message: &[u8]) -> Fields<'_> {
-    Fields(message)
-}
-
-/// See [`fields`].
-pub(crate) struct Fields<'a>(&'a [u8]);
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Result<(u64, Value<'a>), String>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let field = (|| {
-            let key = varint(&mut self.0)?;
-            let value = match key & 7 {
-                0 => Value::Varint(varint(&mut self.0)?),
-                1 => Value::Fixed.skip(&mut self.0, 8)?,
-                5 => Value::Fixed.skip(&mut self.0, 4)?,
-                2 => {
-                    let len = usize::try_from(varint(&mut self.0)?).map_err(|_| "a field is too long")?;
-                    if len > self.0.len() {
-                        return Err("the file is cut short".to_string());
-                    }
-                    let (bytes, rest) = self.0.split_at(len);
-                    self.0 = rest;
-                    Value::Bytes(bytes)
-                }
-                w => return Err(format!("unexpected protobuf wire type {w}")),
-            };
-            Ok((key >> 3, value))
-        })();
-        if field.is_err() {
-            self.0 = &[];
-        }
-        Some(field)
-    }
-}
-
-impl Value<'_> {
-    fn skip(self, buf: &mut &[u8], n: usize) -> Result<Self, String> {
-        if buf.len() < n {
-            return Err("the file is cut short".into());
-        }
-        *buf = &buf[n..];
-        Ok(self)
-    }
-}
-
-fn varint(buf: &mut &[u8]) -> Result<u64, String> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = buf.split_first().ok_or("the file is cut short")?;
-        *buf = rest;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err("a varint is longer than 10 bytes".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::protobuf::{bytes_field, int_field, write_varint};
 
-    fn key(field: u64, wire: u64) -> Vec<u8> {
-        encode(field << 3 | wire)
-    }
-
-    fn encode(mut v: u64) -> Vec<u8> {
+    fn varint(v: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(byte);
-                return out;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-
-    fn bytes_field(field: u64, body: &[u8]) -> Vec<u8> {
-        [key(field, 2), encode(body.len() as u64), body.to_vec()].concat()
+        write_varint(v, &mut out);
+        out
     }
 
     /// A TensorProto with unpacked dims, a data type, a name and raw data that must be skipped.
     fn tensor(dims: &[u64], data_type: u64) -> Vec<u8> {
-        let mut t: Vec<u8> = dims.iter().flat_map(|d| [key(1, 0), encode(*d)].concat()).collect();
-        t.extend([key(2, 0), encode(data_type)].concat());
+        let mut t: Vec<u8> = dims.iter().flat_map(|d| int_field(1, *d)).collect();
+        t.extend(int_field(2, data_type));
         t.extend(bytes_field(8, b"w"));
         t.extend(bytes_field(9, &[0u8; 40]));
         t
@@ -189,8 +106,8 @@ mod tests {
 
     #[test]
     fn counts_weight_elements_per_type_and_picks_the_dominant_one() {
-        let packed_dims = bytes_field(1, &[encode(300), encode(2)].concat());
-        let packed = [packed_dims, key(2, 0), encode(3)].concat();
+        let packed_dims = bytes_field(1, &[varint(300), varint(2)].concat());
+        let packed = [packed_dims, int_field(2, 3)].concat();
         let graph = [
             bytes_field(1, b"a node"),
             bytes_field(5, &tensor(&[4, 100], 1)),
@@ -198,7 +115,8 @@ mod tests {
             bytes_field(5, &tensor(&[1000], 7)), // int64: a shape constant, not a weight
         ]
         .concat();
-        let model = [key(1, 0), encode(8), key(3, 5), vec![0; 4], bytes_field(7, &graph)].concat();
+        // ir_version 8, a fixed32 field 3 (skipped unread), the graph.
+        let model = [int_field(1, 8), vec![3 << 3 | 5, 0, 0, 0, 0], bytes_field(7, &graph)].concat();
         let types = weight_types_of(&model).unwrap();
         assert_eq!(types.0, BTreeMap::from([("float32", 400), ("int8", 600)]));
         assert_eq!(types.dominant(), "int8");
