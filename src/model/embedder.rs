@@ -20,10 +20,10 @@ use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
+use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// ONNX Runtime's name for its CUDA provider.
 const CUDA_PROVIDER: &str = "CUDAExecutionProvider";
-use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -328,7 +328,9 @@ impl Embedder {
         Ok(out)
     }
 
-    /// The pooled vector of each row of `batch` from the session's `outputs`.
+    /// The pooled vector of each row of `batch` from the session's one output, `wanted`: token states
+    /// `[rows, len, dim]` pooled here, or vectors `[rows, dim]` the graph made (its own sentence
+    /// embedding, or the mean pooling added on a GPU, which is float32 whatever the model's type).
     fn read_output(
         &self,
         outputs: &ort::session::SessionOutputs<'_>,
@@ -338,52 +340,24 @@ impl Embedder {
         mask: &[i64],
         settings: &CallSettings,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
-        let rows = batch.rows.len();
+        let (rows, dim) = (batch.rows.len(), self.spec.dim);
         let in_graph = wanted == POOLED_OUTPUT;
-        let dim = self.spec.dim;
-        let mut out = Vec::with_capacity(rows);
-        match &self.output {
-            Output::TokenStates(_) if in_graph => {
-                let (shape, data) = self.extract(&outputs[POOLED_OUTPUT], false)?;
-                if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
-                    return Err(Error::Onnx(format!(
-                        "the pooled output has shape {shape:?}, expected [{rows}, {dim}]"
-                    )));
-                }
-                for (r, &row) in batch.rows.iter().enumerate() {
-                    out.push((row, data[r * dim..(r + 1) * dim].to_vec()));
-                }
-            }
-            Output::TokenStates(name) => {
-                let (shape, data) = self.extract(&outputs[name.as_str()], self.output_f16)?;
-                if shape.len() != 3 || shape[0] as usize != rows || shape[1] as usize != len || shape[2] as usize != dim
-                {
-                    return Err(Error::Onnx(format!(
-                        "output `{name}` has shape {shape:?}, expected [{rows}, {len}, {dim}]"
-                    )));
-                }
-                for (r, &row) in batch.rows.iter().enumerate() {
-                    let mut v = vec![0.0; dim];
-                    settings.pooling.pool_row(
-                        &data[r * len * dim..(r + 1) * len * dim],
-                        &mask[r * len..(r + 1) * len],
-                        dim,
-                        &mut v,
-                    );
-                    out.push((row, v));
-                }
-            }
-            Output::Sentence(name) => {
-                let (shape, data) = self.extract(&outputs[name.as_str()], self.output_f16)?;
-                if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != dim {
-                    return Err(Error::Onnx(format!("output `{name}` has shape {shape:?}, expected [{rows}, {dim}]")));
-                }
-                for (r, &row) in batch.rows.iter().enumerate() {
-                    out.push((row, data[r * dim..(r + 1) * dim].to_vec()));
-                }
-            }
+        let (shape, data) = self.extract(&outputs[wanted], self.output_f16 && !in_graph)?;
+        let states = matches!(self.output, Output::TokenStates(_)) && !in_graph;
+        let expected = if states { vec![rows, len, dim] } else { vec![rows, dim] };
+        if shape.iter().map(|&d| d as usize).ne(expected.iter().copied()) {
+            return Err(Error::Onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
         }
-        Ok(out)
+        let pooled = batch.rows.iter().enumerate().map(|(r, &row)| {
+            if !states {
+                return (row, data[r * dim..(r + 1) * dim].to_vec());
+            }
+            let mut v = vec![0.0; dim];
+            let (tokens, row_mask) = (&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len]);
+            settings.pooling.pool_row(tokens, row_mask, dim, &mut v);
+            (row, v)
+        });
+        Ok(pooled.collect())
     }
 
     /// Run every batch, each session taking the next batch as it frees up, and put each pooled vector

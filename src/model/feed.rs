@@ -134,28 +134,21 @@ impl Feed {
         output: &str,
         read: impl FnOnce(&SessionOutputs<'_>) -> Result<R>,
     ) -> Result<R> {
-        let result = self.bind_and_run(session, inputs, output, read);
+        let binding = &mut self.binding;
+        let bind_and_run = || {
+            for (name, tensor) in inputs {
+                binding.bind_input(*name, *tensor)?;
+            }
+            binding.bind_output_to_device(output, &self.output_memory)?;
+            read(&session.run_binding(binding)?)
+        };
+        let result = bind_and_run();
         self.binding.clear_inputs();
         // NOTE: besides freeing the output, this matters for correctness: an output value left in the
         // binding is taken by ONNX Runtime as preallocated on the next run, which then fails whenever
         // the batch shape changes.
         self.binding.clear_outputs();
         result
-    }
-
-    fn bind_and_run<R>(
-        &mut self,
-        session: &mut Session,
-        inputs: &[(&str, &Tensor<i64>)],
-        output: &str,
-        read: impl FnOnce(&SessionOutputs<'_>) -> Result<R>,
-    ) -> Result<R> {
-        for (name, tensor) in inputs {
-            self.binding.bind_input(*name, *tensor)?;
-        }
-        self.binding.bind_output_to_device(output, &self.output_memory)?;
-        let outputs = session.run_binding(&self.binding)?;
-        read(&outputs)
     }
 }
 
