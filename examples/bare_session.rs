@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use embedding_pipeline::model::batching::plan_batches;
 use embedding_pipeline::model::tokenize::TextTokenizer;
-use embedding_pipeline::model::{ModelSpec, TruncationSide, runtime};
+use embedding_pipeline::model::{Device, ModelSpec, TruncationSide, runtime};
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::Tensor;
@@ -28,11 +28,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let budget: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(2048);
     let threads: usize = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(2);
     let device = args.get(6).map(String::as_str).unwrap_or("cpu");
-    let gpu: Option<i32> = match device.strip_prefix("cuda") {
-        None if device == "cpu" => None,
-        Some("") => Some(0),
-        Some(n) => Some(n.trim_start_matches(':').parse()?),
-        None => return Err(format!("device {device}: use cpu or cuda:N").into()),
+    let gpu: Option<i32> = match Device::parse(device) {
+        Some(Device::Cpu) => None,
+        Some(Device::Cuda(ids)) if ids.len() == 1 => Some(ids[0]),
+        _ => return Err(format!("device {device}: use cpu or cuda:N").into()),
     };
 
     let texts: Vec<String> = std::io::BufReader::new(std::fs::File::open(corpus)?)
