@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::gpu::{GpuInfo, GpuSystem, loaded_cuda_library_versions};
 use crate::model::placement::NodePlacement;
 
+/// ONNX Runtime's name for its CUDA execution provider.
+pub const CUDA_PROVIDER: &str = "CUDAExecutionProvider";
+
 /// Where a model runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Device {
@@ -152,14 +155,8 @@ impl DeviceInfo {
     pub fn cuda(library: &Path, gpus: Vec<GpuInfo>, system: &GpuSystem) -> Self {
         let (cuda_runtime_version, cudnn_version) = loaded_cuda_library_versions();
         Self {
-            provider: "CUDAExecutionProvider".to_string(),
-            device: gpus
-                .iter()
-                .map(|g| {
-                    format!("cuda:{}: {} (compute {}, {} MiB)", g.index, g.name, g.compute_capability, g.memory_mib)
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
+            provider: CUDA_PROVIDER.to_string(),
+            device: gpus.iter().map(GpuInfo::to_string).collect::<Vec<_>>().join("; "),
             onnxruntime_version: library_version(library).unwrap_or_else(|| "unknown".into()),
             onnxruntime_library: library.display().to_string(),
             cuda: Some(CudaInfo {

@@ -14,6 +14,7 @@ use ort::value::TensorElementType;
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
+use crate::model::device::CUDA_PROVIDER;
 use crate::model::feed::{Feed, InputMemory};
 use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
@@ -21,9 +22,6 @@ use crate::model::pooling::normalize;
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
 use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
-
-/// ONNX Runtime's name for its CUDA provider.
-const CUDA_PROVIDER: &str = "CUDAExecutionProvider";
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]
