@@ -53,6 +53,10 @@ pub enum Error {
     )]
     Interrupted { uri: String, rows: u64, version: Option<u64> },
 
+    /// A model call was not started because a stop was asked for (ctrl-C, SIGTERM).
+    #[error("stopped before the next model call, as asked")]
+    Stopped,
+
     /// A Lance dataset could not be opened, read or written.
     #[error("Lance dataset {uri}: {message}")]
     Lance { uri: String, message: String },

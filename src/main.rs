@@ -21,7 +21,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::main(cli)) {
+    let result = runtime.block_on(cli::main(cli));
+    // Do not wait for blocking work nobody needs any more (a model call or token count started before a
+    // stop): its results are never used, and nothing it does is written.
+    runtime.shutdown_background();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", cli::error_chain(&e));

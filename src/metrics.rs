@@ -1,8 +1,11 @@
 //! What a session has done so far: embedding counters summed over every `embed` call, and one
 //! report per Lance write. The CLI prints them; later run records are built from them.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::campaign::RunRecord;
 use crate::model::{DeviceInfo, EmbedStats};
@@ -31,6 +34,9 @@ pub struct RunMetrics {
     embed: Mutex<EmbedStats>,
     device: Mutex<Option<DeviceInfo>>,
     writes: Mutex<Vec<WriteReport>>,
+    /// Counters of embedded rows on their way to a Lance sink, oldest first: (rows, counters) per batch
+    /// the write path's `EmbedExec` sent.
+    in_transit: Mutex<VecDeque<(u64, EmbedStats)>>,
 }
 
 impl RunMetrics {
@@ -78,5 +84,75 @@ impl RunMetrics {
     /// Every write so far, in commit order.
     pub fn writes(&self) -> Vec<WriteReport> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Send the counters of a batch of `rows` embedded rows on to the sink that will receive them.
+    pub fn send_embedded(&self, rows: u64, stats: EmbedStats) {
+        self.in_transit.lock().unwrap_or_else(|e| e.into_inner()).push_back((rows, stats));
+    }
+
+    /// The counters of the next `rows` rows a sink receives, in the order they were sent. A batch's
+    /// counters go with its first row, so they stay exact per batch; sums stay exact however batches are
+    /// cut on the way.
+    pub fn receive_embedded(&self, rows: u64) -> EmbedStats {
+        let mut queue = self.in_transit.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut left, mut out) = (rows, EmbedStats::default());
+        while left > 0 {
+            let Some((sent, stats)) = queue.front_mut() else { break };
+            out.add(&std::mem::take(stats));
+            let take = left.min(*sent);
+            (*sent, left) = (*sent - take, left - take);
+            if *sent == 0 {
+                queue.pop_front();
+            }
+        }
+        out
+    }
+
+    /// Forget counters no sink received (a write that failed or stopped early), before a new write.
+    pub fn clear_in_transit(&self) {
+        self.in_transit.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// The bytes a batch's rows take, counting only the rows of a slice (not the buffers it shares).
+pub fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size()))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(docs: u64) -> EmbedStats {
+        EmbedStats { docs, useful_tokens: docs * 10, ..Default::default() }
+    }
+
+    #[test]
+    fn counters_follow_their_rows_in_order() {
+        let m = RunMetrics::default();
+        m.send_embedded(3, stats(3));
+        m.send_embedded(2, stats(2));
+        m.send_embedded(4, stats(4));
+        assert_eq!(m.receive_embedded(3), stats(3));
+        assert_eq!(m.receive_embedded(6), stats(6));
+        assert_eq!(m.receive_embedded(1), EmbedStats::default(), "nothing left in transit");
+    }
+
+    #[test]
+    fn a_batch_cut_on_the_way_counts_with_its_first_rows() {
+        let m = RunMetrics::default();
+        m.send_embedded(4, stats(4));
+        m.send_embedded(2, stats(2));
+        assert_eq!(m.receive_embedded(1), stats(4));
+        assert_eq!(m.receive_embedded(3), EmbedStats::default());
+        assert_eq!(m.receive_embedded(2), stats(2));
+        m.send_embedded(5, stats(5));
+        m.clear_in_transit();
+        assert_eq!(m.receive_embedded(5), EmbedStats::default());
     }
 }

@@ -25,8 +25,10 @@ extensions_options! {
         pub id_column: String, default = "id".to_string()
         /// A Lance write commits a new version every this many rows...
         pub commit_rows: usize, default = 50_000
-        /// ...or every this many seconds, whichever comes first.
+        /// ...or every this many seconds...
         pub commit_seconds: u64, default = 120
+        /// ...or when the rows it holds reach this many bytes, whichever comes first.
+        pub commit_bytes: usize, default = 64 * 1024 * 1024
         /// Start the output over: embed every row and make the first commit replace the dataset's rows
         /// (a new version; the older versions stay readable). Set by `pipeline run --restart`.
         pub restart: bool, default = false
@@ -39,8 +41,9 @@ extensions_options! {
         pub order: String, default = "length".to_string()
         /// Rows ordered together. 0 orders the whole input, spilling to disk beyond embed.order_memory.
         pub order_window: usize, default = 65_536
-        /// Bytes of rows the whole-input ordering (order_window = 0) holds before it spills a sorted run.
-        pub order_memory: usize, default = 512 * 1024 * 1024
+        /// Bytes of rows the ordering holds: a window is ordered and passed on early when its rows reach
+        /// this, and the whole-input ordering (order_window = 0) spills a sorted run.
+        pub order_memory: usize, default = 64 * 1024 * 1024
         /// Most padded tokens (rows x padded length) in one model call.
         pub batch_tokens: usize, default = 2048
         /// Most rows in one model call.

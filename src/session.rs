@@ -11,7 +11,7 @@ use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
-use crate::plan::LengthOrderRule;
+use crate::plan::EmbedWriteRule;
 use crate::udf::embed_udfs;
 
 /// A SQL session for embedding campaigns, and what it has done so far.
@@ -35,7 +35,7 @@ impl EmbedSession {
             .with_config(config)
             .with_default_features()
             .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(&metrics))))
-            .with_physical_optimizer_rule(Arc::new(LengthOrderRule))
+            .with_physical_optimizer_rule(Arc::new(EmbedWriteRule::new(Arc::clone(&metrics))))
             .build();
         state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
         let ctx = SessionContext::new_with_state(state);

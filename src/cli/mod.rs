@@ -149,26 +149,36 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once.
+///
+/// The signals are watched on a thread of their own, so that a second one is answered even while the
+/// main runtime is busy or shutting down.
 fn stop_on_signals() {
-    tokio::spawn(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        for n in 0.. {
-            tokio::select! {
-                r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                _ = async {
-                    match term.as_mut() {
-                        Some(t) => { t.recv().await; }
-                        None => std::future::pending::<()>().await,
-                    }
-                } => {}
+    let watcher = || -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+            for n in 0.. {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                if n == 0 {
+                    eprintln!("stopping: committing the rows already embedded (press ctrl-C again to exit at once)");
+                    crate::campaign::interrupt::request_stop();
+                } else {
+                    eprintln!(
+                        "exiting at once; rows since the last commit are lost and will be embedded on the next run"
+                    );
+                    std::process::exit(130);
+                }
             }
-            if n == 0 {
-                eprintln!("stopping: committing the rows already embedded (press ctrl-C again to exit at once)");
-                crate::campaign::interrupt::request_stop();
-            } else {
-                eprintln!("exiting at once; rows since the last commit are lost and will be embedded on the next run");
-                std::process::exit(130);
-            }
+            Ok(())
+        })
+    };
+    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Err(e) = watcher() {
+            eprintln!("warning: cannot watch for ctrl-C ({e}); ctrl-C will stop the run without committing");
         }
     });
 }

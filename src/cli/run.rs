@@ -32,6 +32,14 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         options.device = device;
     }
     let session = EmbedSession::with_options(options)?;
+    let others = other_runs();
+    let threads_chosen = || {
+        let state = session.context().state();
+        state.config_options().extensions.get::<EmbedOptions>().is_some_and(|o| o.intra_threads != 0)
+    };
+    if !quiet && !others.is_empty() {
+        eprintln!("note: {}", sharing_advice(&others, threads_chosen()));
+    }
     let started = Instant::now();
     for stmt in &statements {
         if interrupt::stop_requested() {
@@ -50,8 +58,48 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
     }
     if !quiet {
         print_summary(&session, started.elapsed().as_secs_f64());
+        if !others.is_empty() {
+            println!("shared machine: {}", sharing_advice(&others, threads_chosen()));
+        }
     }
     Ok(())
+}
+
+/// Other `pipeline run` processes of this same program on this machine, by process id.
+fn other_runs() -> Vec<u32> {
+    let (Ok(me), Ok(entries)) = (std::env::current_exe(), std::fs::read_dir("/proc")) else { return Vec::new() };
+    let mine = std::process::id();
+    let mut pids: Vec<u32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != mine)
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == me))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"run"))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// What to tell a run that shares the machine with `others`.
+fn sharing_advice(others: &[u32], threads_chosen: bool) -> String {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let runs = others.len() + 1;
+    let list = others.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let each = (cores / runs).max(1);
+    if threads_chosen {
+        format!(
+            "{} other pipeline run(s) on this machine (pid {list}); {cores} cores shared by {runs} runs",
+            others.len()
+        )
+    } else {
+        format!(
+            "{} other pipeline run(s) on this machine (pid {list}). Each run takes one thread per core ({cores}) by \
+             default, and {runs} runs at once slow each other down several times over; give each \
+             `SET embed.intra_threads = {each};`",
+            others.len()
+        )
+    }
 }
 
 async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) -> anyhow::Result<()> {

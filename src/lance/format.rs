@@ -107,12 +107,12 @@ impl FileFormat for LanceFormat {
         }
         // The output schema here is the logical one, which still carries embed()'s fingerprint.
         let fingerprint = fingerprint_of_columns(&conf.output_schema)?;
-        let sink = LanceSink::new(
+        let sink = LanceSink::try_new(
             dataset_uri(&conf.original_url),
             Arc::clone(&conf.output_schema),
             fingerprint,
             Arc::clone(&self.metrics),
-        );
+        )?;
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 

@@ -1,9 +1,12 @@
 //! Resuming a campaign: a write into an existing Lance dataset embeds only the ids it does not hold yet.
 //!
-//! [`ResumeRule`] is an analyzer rule. For a `COPY … STORED AS LANCE` or an `INSERT INTO` a Lance table
-//! whose dataset exists, it puts a left anti-join against the dataset's id column under the projection
+//! [`ResumeRule`] is an analyzer rule. For every `COPY … STORED AS LANCE` or `INSERT INTO` a Lance table
+//! (unless `embed.restart`), it puts a left anti-join against the dataset's id column under the projection
 //! that calls `embed()`, so rows already written are dropped before they are embedded. EXPLAIN shows
-//! the join. [`ExistingIds`] is the table it joins: only the id column of the dataset's latest version.
+//! the join. [`ExistingIds`] is the table it joins: only the id column of the dataset's latest version,
+//! read when the query executes, which is after the sink has taken the dataset's write lock (at planning).
+//! So the join is planned even when the output does not exist yet: another run may create it between
+//! this plan and its execution, and its ids must then be skipped too.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -138,6 +141,9 @@ impl PartitionStream for IdStream {
             let lance_err = |e: lance::Error| -> DataFusionError {
                 crate::Error::Lance { uri: uri.clone(), message: e.to_string() }.into()
             };
+            if !dataset_exists(&uri) {
+                return Ok::<Batches, DataFusionError>(Box::pin(futures::stream::empty()));
+            }
             let ds = Dataset::open(&uri).await.map_err(lance_err)?;
             if ds.schema().field(&column).is_none() {
                 let e = crate::Error::Lance {
@@ -174,7 +180,7 @@ impl AnalyzerRule for ResumeRule {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
         let Some(target) = write_target(&plan) else { return Ok(plan) };
-        if options.restart || !dataset_exists(&target.uri) {
+        if options.restart {
             return Ok(plan);
         }
         let input = without_done_ids(target.input.as_ref().clone(), &target.uri, &options.id_column)?;

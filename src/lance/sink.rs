@@ -1,13 +1,17 @@
 //! The Lance sink: streams record batches into a dataset, committing a new version every
-//! `embed.commit_rows` rows or `embed.commit_seconds` seconds, whichever comes first.
+//! `embed.commit_rows` rows, `embed.commit_seconds` seconds or `embed.commit_bytes` bytes, whichever
+//! comes first. Each commit's run record counts exactly the rows it commits: their counters come with
+//! them from the embedding stage ([`RunMetrics::receive_embedded`]).
 //!
-//! Before anything is written it takes the dataset's write lock, checks that the output's campaign
-//! fingerprint matches the dataset's, and that a requested tag is free. It holds at most one commit's
+//! When the write is planned, before anything runs, it checks that the output is a Lance dataset or a
+//! free path and takes the dataset's write lock, so that whatever the query decides from the dataset (the
+//! ids already done) is read under the lock. Before anything is written it checks that the output's
+//! campaign fingerprint matches the dataset's, and that a requested tag is free. It holds at most one commit's
 //! rows. Each commit writes data files first and the manifest last (with the run record as
 //! transaction properties), so a reader sees whole commits only, and a write that fails or is killed
 //! leaves the dataset at its last commit; the data files of an unfinished commit are never referenced
-//! by any manifest. A stop request (ctrl-C) commits the rows held and ends the write with an error
-//! that says how to resume.
+//! by any manifest. At a stop request (ctrl-C), the write takes the rows of the model calls already
+//! running, commits everything it holds and ends with an error that says how to resume.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,7 +31,7 @@ use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
-use crate::metrics::{RunMetrics, WriteReport};
+use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::options::EmbedOptions;
 
 /// Writes a query's output into a Lance dataset, creating it or appending a new version.
@@ -37,12 +41,22 @@ pub struct LanceSink {
     schema: SchemaRef,
     fingerprint: Option<Fingerprint>,
     metrics: Arc<RunMetrics>,
+    /// Held from planning until the sink is dropped with its plan.
+    _lock: WriteLock,
 }
 
 impl LanceSink {
     /// A sink into the dataset at `uri` (see [`super::dataset_uri`]) of vectors made under `fingerprint`.
-    pub fn new(uri: String, schema: SchemaRef, fingerprint: Option<Fingerprint>, metrics: Arc<RunMetrics>) -> Self {
-        Self { uri, schema, fingerprint, metrics }
+    /// Refuses an output that is neither a Lance dataset nor a free path, and one another run is writing.
+    pub fn try_new(
+        uri: String,
+        schema: SchemaRef,
+        fingerprint: Option<Fingerprint>,
+        metrics: Arc<RunMetrics>,
+    ) -> Result<Self> {
+        check_output_location(&uri)?;
+        let lock = WriteLock::acquire(&uri)?;
+        Ok(Self { uri, schema, fingerprint, metrics, _lock: lock })
     }
 
     fn lance_err(&self, e: impl fmt::Display) -> datafusion::error::DataFusionError {
@@ -131,7 +145,6 @@ impl DataSink for LanceSink {
 
     async fn write_all(&self, data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> Result<u64> {
         let options = context.session_config().options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
-        let _lock = WriteLock::acquire(&self.uri)?;
         let existing = match Dataset::open(&self.uri).await {
             Ok(ds) => Some(ds),
             Err(lance::Error::DatasetNotFound { .. }) => None,
@@ -164,39 +177,47 @@ impl DataSink for LanceSink {
             // --restart: the first commit replaces the rows (older versions stay readable).
             mode: if options.restart { WriteMode::Overwrite } else { WriteMode::Append },
             previous_device,
-            embed_before: self.metrics.embed_stats(),
             since: Instant::now(),
             rows: 0,
             version: existing.as_ref().map(|d| d.version().version),
         };
         let commit_rows = options.commit_rows.max(1);
+        let commit_bytes = options.commit_bytes.max(1);
         let commit_every = Duration::from_secs(options.commit_seconds.max(1));
-        let (mut buffer, mut buffered) = (Vec::new(), 0usize);
+        self.metrics.clear_in_transit();
+        let mut held = Held::default();
         let mut data = data;
+        // Set at a stop request: the write then takes the rows still coming (the embedding stage ends
+        // after the model calls already running) and commits them, but waits no longer than this.
+        let mut stop_by: Option<Instant> = None;
+        // The rows held make a commit (by rows, bytes or time). It is made when the next rows arrive, or
+        // when none came for a tick: so the commit that ends the write is known to be the last.
+        let mut due = false;
         loop {
             // Wake at least every 200 ms to honour a stop request and the commit clock.
-            let next = tokio::time::timeout(Duration::from_millis(200), data.next()).await;
-            let finished = match next {
-                Ok(Some(batch)) => {
-                    let mut batch = batch?;
-                    while buffered + batch.num_rows() > commit_rows {
-                        let take = commit_rows - buffered;
-                        buffer.push(batch.slice(0, take));
-                        batch = batch.slice(take, batch.num_rows() - take);
-                        writer.commit(std::mem::take(&mut buffer), false).await?;
-                        buffered = 0;
+            let next = tokio::time::timeout(TICK, data.next()).await;
+            let finished = matches!(next, Ok(None));
+            if due && !finished {
+                writer.commit(std::mem::take(&mut held), false).await?;
+            }
+            if let Ok(Some(batch)) = next {
+                let batch = batch?;
+                let stats = self.metrics.receive_embedded(batch.num_rows() as u64);
+                held.add(batch, &stats);
+            }
+            if stop_by.is_none() && interrupt::stop_requested() {
+                stop_by = Some(Instant::now() + STOP_WAIT);
+            }
+            if finished || stop_by.is_some_and(|t| Instant::now() >= t) {
+                writer.commit(std::mem::take(&mut held), true).await?;
+                if stop_by.is_some() {
+                    return Err(Error::Interrupted {
+                        uri: self.uri.clone(),
+                        rows: writer.rows,
+                        version: writer.version,
                     }
-                    buffered += batch.num_rows();
-                    if batch.num_rows() > 0 {
-                        buffer.push(batch);
-                    }
-                    false
+                    .into());
                 }
-                Ok(None) => true,
-                Err(_elapsed) => false,
-            };
-            if finished {
-                writer.commit(std::mem::take(&mut buffer), true).await?;
                 if !options.tag.is_empty()
                     && let Some(v) = writer.version
                 {
@@ -205,27 +226,46 @@ impl DataSink for LanceSink {
                 }
                 return Ok(writer.rows);
             }
-            if interrupt::stop_requested() {
-                writer.commit(std::mem::take(&mut buffer), true).await?;
-                return Err(
-                    Error::Interrupted { uri: self.uri.clone(), rows: writer.rows, version: writer.version }.into()
-                );
-            }
-            if buffered > 0 && writer.since.elapsed() >= commit_every {
-                writer.commit(std::mem::take(&mut buffer), false).await?;
-                buffered = 0;
-            }
+            due = held.rows >= commit_rows
+                || held.bytes >= commit_bytes
+                || (held.rows > 0 && writer.since.elapsed() >= commit_every);
         }
     }
 }
 
-/// Commits finished rows as new versions, each with the run record of what happened since the last.
+/// How often a write wakes, with or without rows, to check the commit clock and stop requests.
+const TICK: Duration = Duration::from_millis(200);
+
+/// The longest a stopping write waits for the rows still being embedded before it commits what it has.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// Rows received and not yet committed, with the counters of their embedding.
+#[derive(Default)]
+struct Held {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    bytes: usize,
+    stats: crate::model::EmbedStats,
+}
+
+impl Held {
+    fn add(&mut self, batch: RecordBatch, stats: &crate::model::EmbedStats) {
+        self.stats.add(stats);
+        if batch.num_rows() > 0 {
+            self.rows += batch.num_rows();
+            self.bytes += batch_bytes(&batch);
+            self.batches.push(batch);
+        }
+    }
+}
+
+/// Commits finished rows as new versions, each with the run record of exactly those rows.
 struct Committer<'a> {
     sink: &'a LanceSink,
     schema: SchemaRef,
     mode: WriteMode,
     previous_device: Option<crate::model::DeviceInfo>,
-    embed_before: crate::model::EmbedStats,
+    /// When the last commit (or the write) began: the time the next commit's record covers.
     since: Instant,
     /// Rows committed so far by this write.
     rows: u64,
@@ -234,8 +274,8 @@ struct Committer<'a> {
 }
 
 impl Committer<'_> {
-    async fn commit(&mut self, batches: Vec<RecordBatch>, last: bool) -> Result<()> {
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    async fn commit(&mut self, held: Held, last: bool) -> Result<()> {
+        let Held { batches, rows, stats, .. } = held;
         if rows == 0 {
             return Ok(());
         }
@@ -250,8 +290,6 @@ impl Committer<'_> {
             .execute_uncommitted(batches)
             .await
             .map_err(|e| self.sink.lance_err(e))?;
-        let now = self.sink.metrics.embed_stats();
-        let stats = now.since(&self.embed_before);
         let device = if stats.docs + stats.nulls > 0 { self.sink.metrics.device() } else { None };
         let mut record = RunRecord::new(&stats, rows as u64, self.since.elapsed().as_secs_f64(), 0.0, device);
         record.previous_device = self.previous_device.take().filter(|p| record.device.as_ref().is_some_and(|d| d != p));
@@ -275,7 +313,6 @@ impl Committer<'_> {
             record,
         });
         self.mode = WriteMode::Append;
-        self.embed_before = now;
         self.since = Instant::now();
         self.rows += rows as u64;
         self.version = Some(version);
@@ -283,8 +320,41 @@ impl Committer<'_> {
     }
 }
 
-/// One writer per dataset at a time: an exclusive advisory lock on a file beside the dataset, held for
-/// the whole write and released when the process ends, however it ends.
+/// What a Lance dataset directory holds; anything else means the directory is not one.
+const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indices", "_deletions", "_refs"];
+
+/// A local output must be a Lance dataset, a dataset whose first commit never finished (data files, no
+/// manifest yet), an empty directory or a free path: never a file, nor a directory of other files,
+/// which the dataset would be written among.
+fn check_output_location(uri: &str) -> Result<()> {
+    if uri.contains("://") {
+        return Ok(());
+    }
+    let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
+    let path = std::path::Path::new(uri);
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    if !meta.is_dir() {
+        return refuse("is a file, not a Lance dataset directory; write to another path, or move the file away".into());
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| exec_datafusion_err!("cannot read the output {uri}: {e}"))?;
+    let mut foreign: Vec<String> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|name| !LANCE_ENTRIES.contains(&name.as_str()))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown = foreign.iter().take(3).map(String::as_str).collect::<Vec<_>>().join(", ");
+    let more = if foreign.len() > 3 { format!(" and {} more", foreign.len() - 3) } else { String::new() };
+    refuse(format!(
+        "is a directory that is not a Lance dataset (it holds {shown}{more}); write to a new path, or empty it"
+    ))
+}
+
+/// One writer per dataset at a time: an exclusive advisory lock on a file beside the dataset, held from
+/// the write's planning to its end and released when the process ends, however it ends.
+#[derive(Debug)]
 struct WriteLock {
     _file: std::fs::File,
 }

@@ -76,7 +76,8 @@ impl TableProviderFactory for LanceTableFactory {
     }
 }
 
-/// A Lance dataset as a SQL table: reads one version, and appends new versions on INSERT.
+/// A Lance dataset as a SQL table: reads the latest version at each scan (or the pinned one), and
+/// appends new versions on INSERT.
 #[derive(Debug)]
 pub struct LanceTable {
     uri: String,
@@ -113,6 +114,23 @@ impl TableProvider for LanceTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(_) = &self.pinned else {
+            // Unpinned: the latest version at scan time, so that a job reads what its own earlier
+            // statements wrote.
+            let latest = DatasetBuilder::from_uri(&self.uri).load().await.map_err(|e| Error::Lance {
+                uri: self.uri.clone(),
+                message: format!("cannot open its latest version ({e})"),
+            })?;
+            let provider = LanceTableProvider::new(Arc::new(latest), false, false);
+            if provider.schema().fields() != self.provider.schema().fields() {
+                return plan_err!(
+                    "the columns of the Lance dataset {} changed since its table was created; run its CREATE \
+                     EXTERNAL TABLE again",
+                    self.uri
+                );
+            }
+            return provider.scan(state, projection, filters, limit).await;
+        };
         self.provider.scan(state, projection, filters, limit).await
     }
 
@@ -145,7 +163,7 @@ impl TableProvider for LanceTable {
         } else {
             None
         };
-        let sink = LanceSink::new(self.uri.clone(), self.schema(), fingerprint, Arc::clone(&self.metrics));
+        let sink = LanceSink::try_new(self.uri.clone(), self.schema(), fingerprint, Arc::clone(&self.metrics))?;
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }

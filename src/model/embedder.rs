@@ -95,14 +95,17 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
     fn device(&self) -> &DeviceInfo;
     /// Embed texts; `None` rows give no vector.
     fn embed(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Embedded> {
-        self.embed_with_progress(texts, settings, &|_, _| {})
+        self.embed_with_progress(texts, settings, &|_, _| {}, &|| false)
     }
-    /// [`TextEmbedder::embed`], calling `progress(texts, useful_tokens)` after each model call.
+    /// [`TextEmbedder::embed`], calling `progress(texts, useful_tokens)` after each model call, and asking
+    /// `stop()` before each: when it says true, no further model call starts and the result is
+    /// [`Error::Stopped`].
     fn embed_with_progress(
         &self,
         texts: &[Option<&str>],
         settings: &CallSettings,
         progress: &dyn Fn(u64, u64),
+        stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Embedded>;
 }
 
@@ -299,9 +302,14 @@ impl Embedder {
         tokens: &[Tokenized],
         batch: &Batch,
         settings: &CallSettings,
+        stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
+        // Asked once the session is ours, so that a call queued behind another never starts after a stop.
+        if stop() {
+            return Err(Error::Stopped);
+        }
         let BoundSession { session, feed } = &mut *bound;
         let ids =
             feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
@@ -366,6 +374,7 @@ impl Embedder {
         batches: &[Batch],
         settings: &CallSettings,
         progress: &dyn Fn(&Batch),
+        stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<Vec<f32>>> {
         let mut pooled = vec![Vec::new(); tokens.len()];
         let mut place = |rows: Vec<(usize, Vec<f32>)>| {
@@ -376,7 +385,7 @@ impl Embedder {
         if self.workers.len() == 1 || batches.len() <= 1 {
             let worker = &self.workers[self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len()];
             for batch in batches {
-                place(self.run_batch(worker, tokens, batch, settings)?);
+                place(self.run_batch(worker, tokens, batch, settings, stop)?);
                 progress(batch);
             }
             return Ok(pooled);
@@ -392,7 +401,7 @@ impl Embedder {
                     while !failed.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(batch) = batches.get(i) else { break };
-                        let result = self.run_batch(worker, tokens, batch, settings);
+                        let result = self.run_batch(worker, tokens, batch, settings, stop);
                         failed.fetch_or(result.is_err(), Ordering::Relaxed);
                         if tx.send((i, result)).is_err() {
                             break;
@@ -589,6 +598,7 @@ impl TextEmbedder for Embedder {
         texts: &[Option<&str>],
         settings: &CallSettings,
         progress: &dyn Fn(u64, u64),
+        stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Embedded> {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
@@ -635,9 +645,13 @@ impl TextEmbedder for Embedder {
             stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
             stats.model_calls += 1;
         }
-        let pooled = self.run_batches(&tokens, &batches, settings, &|batch| {
-            progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum())
-        })?;
+        let pooled = self.run_batches(
+            &tokens,
+            &batches,
+            settings,
+            &|batch| progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum()),
+            stop,
+        )?;
         let dim = self.spec.dim;
         let mut vectors = vec![0.0f32; texts.len() * dim];
         let mut valid = vec![false; texts.len()];

@@ -3,10 +3,14 @@
 //!
 //! Per partition, it reads rows, counts their tokens with the model's own tokenizer (with the prefix
 //! and truncation that `embed` will apply), and emits them longest first:
-//! - with `embed.order_window = N`, N rows at a time (memory: one window);
+//! - with `embed.order_window = N`, N rows at a time, or fewer when they reach `embed.order_memory`
+//!   bytes (memory: one window);
 //! - with `embed.order_window = 0`, the whole input: rows are sorted in runs of at most
 //!   `embed.order_memory` bytes, each run beyond the first is spilled to an Arrow IPC file, and the runs
 //!   are merged longest first (memory: one run, plus one batch per spilled run).
+//!
+//! It passes the rows on in batches of one model call each, cut by `embed.batch_tokens` and
+//! `embed.max_batch_rows` as `embed` cuts them, so that the rows reach the sink as each call finishes.
 //!
 //! NOTE: `embed` tokenises the texts again. Keeping the token ids from here would mean carrying them
 //! through DataFusion as an extra column; tokenising is about 1.5% of the time of a CPU run (see
@@ -33,6 +37,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
+use crate::metrics::batch_bytes;
+use crate::model::batching::plan_batches;
 use crate::model::{Embedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
 use crate::udf::embed::string_values;
@@ -145,8 +151,7 @@ impl Buffer {
         let (head, tail) = (all.slice(0, n), all.slice(n, all.num_rows() - n));
         let mut lengths = self.lengths;
         let tail_lengths = lengths.split_off(n);
-        let part =
-            |b: RecordBatch, l: Vec<u32>| Buffer { bytes: b.get_array_memory_size(), batches: vec![b], lengths: l };
+        let part = |b: RecordBatch, l: Vec<u32>| Buffer { bytes: batch_bytes(&b), batches: vec![b], lengths: l };
         Ok((part(head, lengths), part(tail, tail_lengths)))
     }
 }
@@ -166,11 +171,15 @@ impl Job {
                 continue;
             }
             let lengths = self.lengths(&embedder, &batch).await?;
-            buffer.bytes += batch.get_array_memory_size();
+            buffer.bytes += batch_bytes(&batch);
             buffer.lengths.extend(lengths);
             buffer.batches.push(batch);
-            while window > 0 && buffer.lengths.len() >= window {
-                let (full, rest) = buffer.split(window)?;
+            while window > 0
+                && !buffer.lengths.is_empty()
+                && (buffer.lengths.len() >= window || buffer.bytes >= self.options.order_memory)
+            {
+                let n = window.min(buffer.lengths.len());
+                let (full, rest) = buffer.split(n)?;
                 self.emit_sorted(full, &tx).await?;
                 buffer = rest;
             }
@@ -210,16 +219,29 @@ impl Job {
     }
 
     async fn emit_sorted(&self, buffer: Buffer, tx: &Sender) -> Result<()> {
-        let Some((sorted, _)) = self.sorted(buffer)? else { return Ok(()) };
-        let mut offset = 0;
-        while offset < sorted.num_rows() {
-            let n = self.batch_size.min(sorted.num_rows() - offset);
-            if tx.send(Ok(sorted.slice(offset, n))).await.is_err() {
-                return Ok(()); // the consumer is gone (a LIMIT was met, or the query stopped)
-            }
-            offset += n;
-        }
+        let Some(first) = buffer.batches.first() else { return Ok(()) };
+        let all = concat_batches(&first.schema(), &buffer.batches)?;
+        let mut order: Vec<u32> = (0..buffer.lengths.len() as u32).collect();
+        order.sort_by(|a, b| buffer.lengths[*b as usize].cmp(&buffer.lengths[*a as usize]));
+        let lengths: Vec<usize> = order.iter().map(|&i| buffer.lengths[i as usize] as usize).collect();
+        self.emit_calls(&all, &order, &lengths, tx).await?;
         Ok(())
+    }
+
+    /// Send the rows `order` picks from `batch` (longest first; `lengths` are theirs) as batches of one
+    /// model call each, cut as `embed` will cut them, each copied out so that it holds only its own
+    /// rows. False when the consumer is gone (a LIMIT was met, or the query stopped).
+    async fn emit_calls(&self, batch: &RecordBatch, order: &[u32], lengths: &[usize], tx: &Sender) -> Result<bool> {
+        let mut at = 0;
+        // On rows already longest first, the calls are consecutive runs of them.
+        for call in plan_batches(lengths, self.settings.batch_tokens, self.settings.max_batch_rows) {
+            let rows = UInt32Array::from(order[at..at + call.rows.len()].to_vec());
+            at += call.rows.len();
+            if tx.send(Ok(take_record_batch(batch, &rows)?)).await.is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Write the buffer as a sorted run, with its lengths as a last column.
@@ -259,11 +281,14 @@ impl Job {
             }
         }
         let mut picks: Vec<(usize, usize)> = Vec::with_capacity(self.batch_size);
-        while let Some((_, std::cmp::Reverse(i))) = heap.pop() {
+        let mut pick_lengths: Vec<usize> = Vec::with_capacity(self.batch_size);
+        while let Some((len, std::cmp::Reverse(i))) = heap.pop() {
             picks.push((i, cursors[i].row));
+            pick_lengths.push(len as usize);
             cursors[i].row += 1;
             let exhausted_batch = cursors[i].batch.as_ref().is_some_and(|b| cursors[i].row >= b.num_rows());
-            if (picks.len() >= self.batch_size || exhausted_batch) && !self.emit_picks(&cursors, &mut picks, tx).await?
+            if (picks.len() >= self.batch_size || exhausted_batch)
+                && !self.emit_picks(&cursors, &mut picks, &mut pick_lengths, tx).await?
             {
                 return Ok(());
             }
@@ -275,12 +300,18 @@ impl Job {
                 heap.push((len, std::cmp::Reverse(i)));
             }
         }
-        self.emit_picks(&cursors, &mut picks, tx).await?;
+        self.emit_picks(&cursors, &mut picks, &mut pick_lengths, tx).await?;
         Ok(())
     }
 
     /// Send the picked rows as one batch, without the length column. False when the consumer is gone.
-    async fn emit_picks(&self, cursors: &[Cursor], picks: &mut Vec<(usize, usize)>, tx: &Sender) -> Result<bool> {
+    async fn emit_picks(
+        &self,
+        cursors: &[Cursor],
+        picks: &mut Vec<(usize, usize)>,
+        lengths: &mut Vec<usize>,
+        tx: &Sender,
+    ) -> Result<bool> {
         if picks.is_empty() {
             return Ok(true);
         }
@@ -293,7 +324,10 @@ impl Job {
         let merged = interleave_record_batch(&refs, picks)?;
         picks.clear();
         let without = merged.project(&(0..merged.num_columns() - 1).collect::<Vec<_>>())?;
-        Ok(tx.send(Ok(without)).await.is_ok())
+        let order: Vec<u32> = (0..without.num_rows() as u32).collect();
+        let sent = self.emit_calls(&without, &order, lengths, tx).await;
+        lengths.clear();
+        sent
     }
 }
 

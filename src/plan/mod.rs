@@ -1,8 +1,11 @@
-//! DataFusion physical plan pieces of the pipeline: the length-ordering stage that sits ahead of
-//! `embed()`, and the optimizer rule that puts it there.
+//! DataFusion physical plan pieces of the write path: the length-ordering stage that sits ahead of
+//! `embed()`, the node that calls `embed()` a model call's rows at a time, and the optimizer rule that
+//! puts them there.
 
+pub mod embed_exec;
 pub mod length_order;
 pub mod rule;
 
+pub use embed_exec::EmbedExec;
 pub use length_order::LengthOrderExec;
-pub use rule::LengthOrderRule;
+pub use rule::EmbedWriteRule;

@@ -1,9 +1,14 @@
-//! Puts a [`LengthOrderExec`] under every `AsyncFuncExec` that calls `embed()`, when `embed.order` is
-//! 'length' and the plan writes its rows (COPY, INSERT). EXPLAIN shows it as `LengthOrderExec`.
+//! The write path's physical plan: in a plan that writes its rows (COPY, INSERT), every `AsyncFuncExec`
+//! that calls only `embed()` becomes an [`EmbedExec`] over one partition, with a [`LengthOrderExec`]
+//! under it when `embed.order` is 'length'. EXPLAIN shows both.
 //!
 //! Only writes are reordered: their rows carry their ids into the output, so their order does not
 //! matter. A plain SELECT keeps its input order, which a caller may rely on to pair vectors with texts;
 //! `embed` still groups each call's texts by length internally and puts every vector back on its row.
+//!
+//! One partition: the ordering then sees the whole input (not a share of it), the embedding node keeps
+//! the model's sessions busy by itself, and the rows reach the sink in the order their counters were
+//! sent, so each commit's run record counts exactly its own rows.
 
 use std::sync::Arc;
 
@@ -13,38 +18,73 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::async_func::AsyncFuncExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use super::LengthOrderExec;
-use crate::options::EmbedOptions;
+use super::{EmbedExec, LengthOrderExec};
+use crate::metrics::RunMetrics;
+use crate::model::Device;
+use crate::options::{EmbedOptions, ORIGINAL_BATCH_ROWS};
 
 /// The physical optimizer rule described in the module docs.
-#[derive(Debug, Default)]
-pub struct LengthOrderRule;
+#[derive(Debug)]
+pub struct EmbedWriteRule {
+    metrics: Arc<RunMetrics>,
+}
 
-impl PhysicalOptimizerRule for LengthOrderRule {
+impl EmbedWriteRule {
+    /// The rule for a session whose counters are `metrics`.
+    pub fn new(metrics: Arc<RunMetrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl PhysicalOptimizerRule for EmbedWriteRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
-        if !options.order.eq_ignore_ascii_case("length") || !plan.as_ref().is::<DataSinkExec>() {
+        if !plan.as_ref().is::<DataSinkExec>() {
             return Ok(plan);
         }
+        let by_length = options.order.eq_ignore_ascii_case("length");
+        // A model call's rows at most; the ordering stage cuts smaller ones by tokens.
+        let chunk_rows = if by_length { options.max_batch_rows.max(1) } else { ORIGINAL_BATCH_ROWS };
+        // One chunk per model session in flight, plus one being tokenised.
+        let sessions = options.placement().map_or(1, |p| {
+            p.sessions_per_device
+                * match &p.device {
+                    Device::Cpu => 1,
+                    Device::Cuda(ids) => ids.len().max(1),
+                }
+        });
         plan.transform_up(|node| {
             let Some(exec) = node.as_ref().downcast_ref::<AsyncFuncExec>() else { return Ok(Transformed::no(node)) };
-            if exec.input().as_ref().is::<LengthOrderExec>() {
+            let texts: Vec<_> = exec.async_exprs().iter().map(|e| embed_text_argument(&e.func)).collect();
+            if texts.iter().any(Option::is_none) {
                 return Ok(Transformed::no(node));
             }
-            let Some(text) = exec.async_exprs().iter().find_map(|e| embed_text_argument(&e.func)) else {
-                return Ok(Transformed::no(node));
-            };
-            let ordered = Arc::new(LengthOrderExec::try_new(Arc::clone(exec.input()), text, options.clone())?);
-            Ok(Transformed::yes(Arc::clone(&node).with_new_children(vec![ordered])?))
+            let mut input = Arc::clone(exec.input());
+            if input.output_partitioning().partition_count() > 1 {
+                input = Arc::new(CoalescePartitionsExec::new(input));
+            }
+            if by_length && let Some(Some(text)) = texts.into_iter().next() {
+                input = Arc::new(LengthOrderExec::try_new(input, text, options.clone())?);
+            }
+            let embed = EmbedExec::try_new(
+                input,
+                exec.async_exprs().to_vec(),
+                exec.schema(),
+                chunk_rows,
+                sessions + 1,
+                Arc::clone(&self.metrics),
+            )?;
+            Ok(Transformed::yes(Arc::new(embed) as Arc<dyn ExecutionPlan>))
         })
         .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
-        "embedding_pipeline_length_order"
+        "embedding_pipeline_embed_write"
     }
 
     fn schema_check(&self) -> bool {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Float32Array};
@@ -19,9 +19,9 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 
-use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
+use crate::campaign::{FINGERPRINT_KEY, Fingerprint, interrupt};
 use crate::metrics::RunMetrics;
-use crate::model::{ModelSpec, TextEmbedder, registry};
+use crate::model::{EmbedStats, ModelSpec, TextEmbedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
 
 /// The vector type for a model of `dim` dimensions.
@@ -135,27 +135,44 @@ impl AsyncScalarUDFImpl for EmbedUdf {
         let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
         let options = self.options.clone();
         let metrics = Arc::clone(&self.metrics);
-        let vectors =
+        let (vectors, stats) =
             tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))
                 .await
                 .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
+        let _ = CALL_STATS.try_with(|counted| counted.lock().unwrap_or_else(|e| e.into_inner()).add(&stats));
         Ok(ColumnarValue::Array(vectors))
     }
 }
 
-/// Embed one string array with the shared model, off the async runtime.
+tokio::task_local! {
+    /// Where the `embed` calls made inside [`counting_calls`] add their counters.
+    static CALL_STATS: Arc<Mutex<EmbedStats>>;
+}
+
+/// Run `fut`, and return with its output the counters of the `embed` calls it made: how the write path
+/// ([`crate::plan::EmbedExec`]) learns what each chunk of rows cost, to send the counters on with the rows.
+pub async fn counting_calls<F: std::future::Future>(fut: F) -> (F::Output, EmbedStats) {
+    let counted = Arc::new(Mutex::new(EmbedStats::default()));
+    let out = CALL_STATS.scope(Arc::clone(&counted), fut).await;
+    let stats = counted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    (out, stats)
+}
+
+/// Embed one string array with the shared model, off the async runtime; no model call starts once a
+/// stop was asked for (ctrl-C, SIGTERM).
 fn embed_array(
     texts: &ArrayRef,
     ids: Option<&ArrayRef>,
     options: &EmbedOptions,
     resolved: &Resolved,
     metrics: &RunMetrics,
-) -> Result<ArrayRef> {
+) -> Result<(ArrayRef, EmbedStats)> {
     let embedder = registry::for_options(options)?;
     let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
-    let out = embedder.embed_with_progress(&values, &resolved.settings, &progress).map_err(|e| match e {
+    let stop = interrupt::stop_requested;
+    let out = embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop).map_err(|e| match e {
         crate::Error::TooLong { row, tokens, max_tokens } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("id {id}"),
@@ -181,7 +198,7 @@ fn embed_array(
         Arc::new(Float32Array::from(out.vectors)),
         (nulls.null_count() > 0).then_some(nulls),
     )?;
-    Ok(Arc::new(array))
+    Ok((Arc::new(array), out.stats))
 }
 
 fn prefix_of(text: Option<&str>) -> String {

@@ -5,6 +5,7 @@ mod campaign;
 mod cli;
 mod common;
 mod errors;
+mod integrity;
 mod model;
 mod order;
 mod resume;

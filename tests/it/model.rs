@@ -174,11 +174,16 @@ fn several_sessions_share_the_batches_and_give_the_same_vectors() {
     let progress = std::sync::Mutex::new((0u64, 0u64));
     let a = one.embed(&texts, &settings).unwrap();
     let b = two
-        .embed_with_progress(&texts, &settings, &|docs, tokens| {
-            let mut p = progress.lock().unwrap();
-            p.0 += docs;
-            p.1 += tokens;
-        })
+        .embed_with_progress(
+            &texts,
+            &settings,
+            &|docs, tokens| {
+                let mut p = progress.lock().unwrap();
+                p.0 += docs;
+                p.1 += tokens;
+            },
+            &|| false,
+        )
         .unwrap();
     assert_eq!(a.vectors, b.vectors, "the same vectors whichever session ran each batch");
     assert_eq!(a.stats.model_calls, b.stats.model_calls);
@@ -325,4 +330,36 @@ fn a_bound_run_equals_a_plain_run_and_a_gpu_feed_without_pinned_memory_says_why(
         assert!(err.to_string().contains("no_such_input"), "{err}");
         assert_eq!(run(0, POOLED_OUTPUT, names).unwrap(), expected[0][1].1);
     }
+}
+
+/// A stop asked between model calls: the call running finishes, no other starts, and the result says
+/// it stopped.
+#[test]
+fn a_stop_request_starts_no_further_model_call() {
+    use embedding_pipeline::model::{Placement, TextEmbedder, registry};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let texts: Vec<String> = (0..64).map(|i| format!("sentence number {i} about stopping")).collect();
+    let texts: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+    let mut options = embedding_pipeline::EmbedOptions::default();
+    options.batch_tokens = 48; // about 16 calls
+    let (settings, _) =
+        embedding_pipeline::campaign::Fingerprint::for_options(&options.with_model(model_dir().display().to_string()))
+            .unwrap();
+    let embedder = registry::get_or_load(&model_dir(), Placement::cpu(1)).unwrap();
+    let (done, asked) = (AtomicU64::new(0), AtomicU64::new(0));
+    let err = embedder
+        .embed_with_progress(
+            &texts,
+            &settings,
+            &|_, _| {
+                done.fetch_add(1, Ordering::SeqCst);
+            },
+            &|| {
+                asked.fetch_add(1, Ordering::SeqCst);
+                done.load(Ordering::SeqCst) >= 2
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, embedding_pipeline::Error::Stopped), "{err}");
+    assert_eq!((done.load(Ordering::SeqCst), asked.load(Ordering::SeqCst)), (2, 3), "asked before every call");
 }
