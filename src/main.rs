@@ -9,6 +9,7 @@ use embedding_pipeline::cli::{self, Cli};
 const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
 
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| QUIET_LOGS.into()))
         .with_writer(std::io::stderr)
@@ -30,6 +31,20 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {}", cli::error_chain(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Two malloc arenas, unless MALLOC_ARENA_MAX says otherwise. glibc gives threads that allocate arenas of
+/// their own (up to eight per core), and the pipeline's many threads (tokio's blocking pool, the
+/// tokenizer's) left freed memory scattered over them, so peak RSS grew with the corpus although nothing
+/// accumulates: 733 MiB at 5,000 documents against 643 at 1,000; with two arenas, 497 and 520.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; it is called before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
         }
     }
 }

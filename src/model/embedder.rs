@@ -518,6 +518,10 @@ fn build_session(
     let mut builder = Session::builder(env)
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
         .and_then(|b| Ok(b.with_intra_threads(placement.intra_threads.max(1))?))
+        // NOTE: ONNX Runtime's memory pattern caches an allocation plan per input shape; batches here
+        // change shape with every length, so it only piled up plans (140 MiB more peak RSS at 1,000
+        // documents, and slower).
+        .and_then(|b| Ok(b.with_memory_pattern(false)?))
         .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
     if let Some(prefix) = profile {
         builder = builder.with_profiling(prefix).map_err(|e| bad(format!("cannot profile: {e}")))?;

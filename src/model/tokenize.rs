@@ -39,6 +39,9 @@ impl TruncationSide {
     }
 }
 
+/// Texts encoded at once: enough to keep the tokenizer's threads busy, few enough to bound memory.
+const TOKENIZE_AT_ONCE: usize = 256;
+
 /// One text as the model sees it, before padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tokenized {
@@ -73,9 +76,19 @@ impl TextTokenizer {
 
     /// Tokenise a batch of texts in parallel, each cut to at most `max_tokens` tokens.
     pub fn tokenize(&self, texts: &[&str], max_tokens: usize, side: TruncationSide) -> Result<Vec<Tokenized>> {
-        let raw = self.inner.encode_batch_fast(texts.to_vec(), false).map_err(|e| Error::Tokenizer(e.to_string()))?;
         let budget = max_tokens.saturating_sub(self.added);
-        raw.into_iter().map(|enc| self.finish(enc, budget, side)).collect()
+        let mut out = Vec::with_capacity(texts.len());
+        // NOTE: a raw encoding keeps every token of an uncut text with its string, offsets and masks (about
+        // 100 bytes a token), so a few thousand long texts at once take hundreds of MB. A bounded share at a
+        // time keeps that transient memory the same whatever the caller hands over.
+        for share in texts.chunks(TOKENIZE_AT_ONCE) {
+            let raw =
+                self.inner.encode_batch_fast(share.to_vec(), false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+            for enc in raw {
+                out.push(self.finish(enc, budget, side)?);
+            }
+        }
+        Ok(out)
     }
 
     fn finish(&self, mut enc: Encoding, budget: usize, side: TruncationSide) -> Result<Tokenized> {
