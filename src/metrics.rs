@@ -37,6 +37,18 @@ pub struct RunMetrics {
     /// Counters of embedded rows on their way to a Lance sink, oldest first: (rows, counters) per batch
     /// the write path's `EmbedExec` sent.
     in_transit: Mutex<VecDeque<(u64, EmbedStats)>>,
+    /// Embedding streams (`EmbedExec` partitions) alive now.
+    embedding: std::sync::atomic::AtomicUsize,
+}
+
+/// Held by a live embedding stream; see [`RunMetrics::embedding_started`].
+#[derive(Debug)]
+pub struct EmbeddingStream(std::sync::Arc<RunMetrics>);
+
+impl Drop for EmbeddingStream {
+    fn drop(&mut self) {
+        self.0.embedding.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl RunMetrics {
@@ -109,19 +121,60 @@ impl RunMetrics {
         out
     }
 
+    /// Count an embedding stream as alive until the guard is dropped.
+    pub fn embedding_started(self: &std::sync::Arc<Self>) -> EmbeddingStream {
+        self.embedding.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        EmbeddingStream(std::sync::Arc::clone(self))
+    }
+
+    /// Whether an embedding stream is alive: one that ends by itself soon after a stop request.
+    pub fn embedding_active(&self) -> bool {
+        self.embedding.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
     /// Forget counters no sink received (a write that failed or stopped early), before a new write.
     pub fn clear_in_transit(&self) {
         self.in_transit.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
-/// The bytes a batch's rows take, counting only the rows of a slice (not the buffers it shares).
+/// The bytes a batch's rows take, counting only the rows of a slice (not the buffers it shares). For
+/// string and binary views, each row's view and the bytes of its text when not held inline.
 pub fn batch_bytes(batch: &RecordBatch) -> usize {
-    batch
+    batch.columns().iter().map(|c| column_bytes(c.as_ref())).sum()
+}
+
+fn column_bytes(c: &dyn Array) -> usize {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::DataType;
+    let views =
+        |lengths: &mut dyn Iterator<Item = u32>| lengths.map(|n| 16 + if n > 12 { n as usize } else { 0 }).sum();
+    match c.data_type() {
+        DataType::Utf8View => views(&mut c.as_string_view().views().iter().map(|v| *v as u32)),
+        DataType::BinaryView => views(&mut c.as_binary_view().views().iter().map(|v| *v as u32)),
+        _ => c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size()),
+    }
+}
+
+/// `batch` with its string and binary view columns holding only their own rows' bytes: a `take` or a
+/// slice of a view column keeps the whole data buffers of the batch it came from.
+pub fn compact_views(batch: RecordBatch) -> datafusion::error::Result<RecordBatch> {
+    use datafusion::arrow::array::{ArrayRef, AsArray};
+    use datafusion::arrow::datatypes::DataType;
+    use std::sync::Arc;
+    if !batch.columns().iter().any(|c| matches!(c.data_type(), DataType::Utf8View | DataType::BinaryView)) {
+        return Ok(batch);
+    }
+    let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size()))
-        .sum()
+        .map(|c| match c.data_type() {
+            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
+            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
+            _ => Arc::clone(c),
+        })
+        .collect();
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 #[cfg(test)]
@@ -141,6 +194,25 @@ mod tests {
         assert_eq!(m.receive_embedded(3), stats(3));
         assert_eq!(m.receive_embedded(6), stats(6));
         assert_eq!(m.receive_embedded(1), EmbedStats::default(), "nothing left in transit");
+    }
+
+    #[test]
+    fn view_columns_count_their_text_once_per_row() {
+        use datafusion::arrow::array::{StringArray, StringViewArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use std::sync::Arc;
+        let long = "x".repeat(1000);
+        let texts = vec![long.as_str(), "short"];
+        let schema = |t| Arc::new(Schema::new(vec![Field::new("t", t, false)]));
+        let view =
+            RecordBatch::try_new(schema(DataType::Utf8View), vec![Arc::new(StringViewArray::from(texts.clone()))])
+                .unwrap();
+        let plain = RecordBatch::try_new(schema(DataType::Utf8), vec![Arc::new(StringArray::from(texts))]).unwrap();
+        assert_eq!(batch_bytes(&view), 16 + 1000 + 16);
+        assert!((1005..1030).contains(&batch_bytes(&plain)), "{}", batch_bytes(&plain));
+        assert_eq!(batch_bytes(&view.slice(1, 1)), 16, "a slice counts only its own rows");
+        let compact = compact_views(view.slice(1, 1)).unwrap();
+        assert!(compact.get_array_memory_size() < 200, "the 1000-byte text is no longer held");
     }
 
     #[test]

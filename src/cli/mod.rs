@@ -170,7 +170,9 @@ fn stop_on_signals() {
                     eprintln!(
                         "exiting at once; rows since the last commit are lost and will be embedded on the next run"
                     );
-                    std::process::exit(130);
+                    // NOTE: _exit, not exit: exit's handlers would tear down ONNX Runtime under a running call.
+                    // SAFETY: _exit ends the process; nothing after it runs.
+                    unsafe { libc::_exit(130) }
                 }
             }
             Ok(())

@@ -38,7 +38,8 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         state.config_options().extensions.get::<EmbedOptions>().is_some_and(|o| o.intra_threads != 0)
     };
     if !quiet && !others.is_empty() {
-        eprintln!("note: {}", sharing_advice(&others, threads_chosen()));
+        let list = others.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        eprintln!("note: other pipeline runs share this machine (pid {list}); the summary says how to share its cores");
     }
     let started = Instant::now();
     for stmt in &statements {

@@ -15,10 +15,11 @@ pub use table::{LanceTable, LanceTableFactory};
 /// Turn a user's location into the URI Lance opens: a local path is made absolute (relative to the
 /// working directory); anything with a scheme is kept as it is.
 pub fn dataset_uri(location: &str) -> String {
-    if location.contains("://") {
-        return location.to_string();
-    }
-    let path = location.strip_prefix("file:").unwrap_or(location);
+    let path = match location.strip_prefix("file://") {
+        Some(path) => path,
+        None if location.contains("://") => return location.to_string(),
+        None => location.strip_prefix("file:").unwrap_or(location),
+    };
     std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
 }
 
@@ -41,4 +42,18 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
         .load()
         .await
         .map_err(|e| crate::Error::Lance { uri: location.to_string(), message: format!("cannot open: {e}") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dataset_uri;
+
+    #[test]
+    fn file_uris_are_local_paths() {
+        // A file:// URI must resolve to the path that resume and the write lock look at.
+        assert_eq!(dataset_uri("file:///data/out.lance"), "/data/out.lance");
+        assert_eq!(dataset_uri("file:/data/out.lance"), "/data/out.lance");
+        assert_eq!(dataset_uri("s3://bucket/out.lance"), "s3://bucket/out.lance");
+        assert!(dataset_uri("out.lance").ends_with("/out.lance") && dataset_uri("out.lance").starts_with('/'));
+    }
 }

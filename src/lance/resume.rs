@@ -1,7 +1,7 @@
 //! Resuming a campaign: a write into an existing Lance dataset embeds only the ids it does not hold yet.
 //!
 //! [`ResumeRule`] is an analyzer rule. For every `COPY … STORED AS LANCE` or `INSERT INTO` a Lance table
-//! (unless `embed.restart`), it puts a left anti-join against the dataset's id column under the projection
+//! (unless `embed.restart`), it puts an anti-join against the dataset's id column under the projection
 //! that calls `embed()`, so rows already written are dropped before they are embedded. EXPLAIN shows
 //! the join. [`ExistingIds`] is the table it joins: only the id column of the dataset's latest version,
 //! read when the query executes, which is after the sink has taken the dataset's write lock (at planning).
@@ -215,12 +215,14 @@ pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<L
     Ok(anti_join(input.clone(), uri, column)?.unwrap_or(input))
 }
 
+/// `__done_ids RIGHT ANTI JOIN input`: the hash join builds its table from the done ids (its left side) and
+/// streams the input through, so no more than the ids is held, and rows reach `embed()` as they are read.
 fn anti_join(input: LogicalPlan, uri: &str, column: &str) -> Result<Option<LogicalPlan>> {
     let Some((qualifier, field)) = input.schema().iter().find(|(_, f)| f.name() == column) else { return Ok(None) };
-    let left = Column::new(qualifier.cloned(), column);
+    let rows = Column::new(qualifier.cloned(), column);
     let ids = ExistingIds::new(uri, column, field.data_type().clone()).scan_plan()?;
-    let right = Column::new(Some("__done_ids"), column);
-    Ok(Some(LogicalPlanBuilder::from(input).join(ids, JoinType::LeftAnti, (vec![left], vec![right]), None)?.build()?))
+    let done = Column::new(Some("__done_ids"), column);
+    Ok(Some(LogicalPlanBuilder::from(ids).join(input, JoinType::RightAnti, (vec![done], vec![rows]), None)?.build()?))
 }
 
 fn calls_embed(e: &Expr) -> bool {

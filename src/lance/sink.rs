@@ -197,16 +197,25 @@ impl DataSink for LanceSink {
             // Wake at least every 200 ms to honour a stop request and the commit clock.
             let next = tokio::time::timeout(TICK, data.next()).await;
             let finished = matches!(next, Ok(None));
-            if due && !finished {
+            if due && !finished && stop_by.is_none() {
                 writer.commit(std::mem::take(&mut held), false).await?;
             }
-            if let Ok(Some(batch)) = next {
-                let batch = batch?;
-                let stats = self.metrics.receive_embedded(batch.num_rows() as u64);
-                held.add(batch, &stats);
+            match next {
+                Ok(Some(Ok(batch))) => {
+                    let stats = self.metrics.receive_embedded(batch.num_rows() as u64);
+                    held.add(batch, &stats);
+                }
+                Ok(Some(Err(e))) => {
+                    // The rows held were embedded before the failure: keep them, then report it.
+                    writer.commit(std::mem::take(&mut held), true).await?;
+                    return Err(e);
+                }
+                Ok(None) | Err(_) => {}
             }
             if stop_by.is_none() && interrupt::stop_requested() {
-                stop_by = Some(Instant::now() + STOP_WAIT);
+                // Only the embedding stage ends by itself at a stop; any other input is cut off at once.
+                let wait = if self.metrics.embedding_active() { STOP_WAIT } else { Duration::ZERO };
+                stop_by = Some(Instant::now() + wait);
             }
             if finished || stop_by.is_some_and(|t| Instant::now() >= t) {
                 writer.commit(std::mem::take(&mut held), true).await?;
@@ -320,7 +329,8 @@ impl Committer<'_> {
     }
 }
 
-/// What a Lance dataset directory holds; anything else means the directory is not one.
+/// What a Lance dataset directory holds before its first manifest; anything else means the directory is
+/// not one.
 const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indices", "_deletions", "_refs"];
 
 /// A local output must be a Lance dataset, a dataset whose first commit never finished (data files, no
@@ -335,6 +345,9 @@ fn check_output_location(uri: &str) -> Result<()> {
     let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
     if !meta.is_dir() {
         return refuse("is a file, not a Lance dataset directory; write to another path, or move the file away".into());
+    }
+    if path.join("_versions").is_dir() {
+        return Ok(()); // a dataset, whatever else Lance keeps beside its versions
     }
     let entries = std::fs::read_dir(path).map_err(|e| exec_datafusion_err!("cannot read the output {uri}: {e}"))?;
     let mut foreign: Vec<String> = entries

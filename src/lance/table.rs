@@ -114,7 +114,7 @@ impl TableProvider for LanceTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(_) = &self.pinned else {
+        if self.pinned.is_none() {
             // Unpinned: the latest version at scan time, so that a job reads what its own earlier
             // statements wrote.
             let latest = DatasetBuilder::from_uri(&self.uri).load().await.map_err(|e| Error::Lance {
@@ -130,7 +130,7 @@ impl TableProvider for LanceTable {
                 );
             }
             return provider.scan(state, projection, filters, limit).await;
-        };
+        }
         self.provider.scan(state, projection, filters, limit).await
     }
 

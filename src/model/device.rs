@@ -64,6 +64,15 @@ impl Placement {
     pub fn cpu(intra_threads: usize) -> Self {
         Self { device: Device::Cpu, sessions_per_device: 1, intra_threads, allow_cpu_fallback: false }
     }
+
+    /// ONNX Runtime sessions in all: `sessions_per_device` on each device.
+    pub fn sessions(&self) -> usize {
+        let devices = match &self.device {
+            Device::Cpu => 1,
+            Device::Cuda(ids) => ids.len().max(1),
+        };
+        self.sessions_per_device.max(1) * devices
+    }
 }
 
 /// The execution side of a run. Not part of the fingerprint: the same fingerprint on another device

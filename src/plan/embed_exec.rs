@@ -37,7 +37,8 @@ pub struct EmbedExec {
     exprs: Vec<Arc<AsyncFuncExpr>>,
     chunk_rows: usize,
     in_flight: usize,
-    metrics: Arc<RunMetrics>,
+    /// Where each chunk's counters go, for a Lance sink to receive; `None` for other sinks.
+    metrics: Option<Arc<RunMetrics>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -50,7 +51,7 @@ impl EmbedExec {
         schema: datafusion::arrow::datatypes::SchemaRef,
         chunk_rows: usize,
         in_flight: usize,
-        metrics: Arc<RunMetrics>,
+        metrics: Option<Arc<RunMetrics>>,
     ) -> Result<Self> {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema),
@@ -90,7 +91,7 @@ impl ExecutionPlan for EmbedExec {
             self.schema(),
             self.chunk_rows,
             self.in_flight,
-            Arc::clone(&self.metrics),
+            self.metrics.clone(),
         )?))
     }
 
@@ -136,9 +137,13 @@ impl ExecutionPlan for EmbedExec {
             .buffered(self.in_flight)
             // A chunk the model refused because of a stop is not an error: the write ends with what is done.
             .filter(|r| futures::future::ready(!matches!(r, Err(e) if is_stopped(e))));
-        let metrics = Arc::clone(&self.metrics);
+        let metrics = self.metrics.clone();
+        let alive = self.metrics.as_ref().map(|m| m.embedding_started());
         let sent = embedded.map_ok(move |(batch, stats)| {
-            metrics.send_embedded(batch.num_rows() as u64, stats);
+            let _alive = &alive;
+            if let Some(m) = &metrics {
+                m.send_embedded(batch.num_rows() as u64, stats);
+            }
             batch
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), sent)))

@@ -37,7 +37,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
-use crate::metrics::batch_bytes;
+use crate::metrics::{batch_bytes, compact_views};
 use crate::model::batching::plan_batches;
 use crate::model::{Embedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
@@ -123,6 +123,9 @@ impl ExecutionPlan for LengthOrderExec {
 }
 
 type Sender = tokio::sync::mpsc::Sender<Result<RecordBatch>>;
+
+/// Rows of a spilled run read back at a time: the merge holds one such batch per run.
+const SPILL_BATCH_ROWS: usize = 1024;
 
 /// One partition's work.
 struct Job {
@@ -237,7 +240,7 @@ impl Job {
         for call in plan_batches(lengths, self.settings.batch_tokens, self.settings.max_batch_rows) {
             let rows = UInt32Array::from(order[at..at + call.rows.len()].to_vec());
             at += call.rows.len();
-            if tx.send(Ok(take_record_batch(batch, &rows)?)).await.is_err() {
+            if tx.send(compact_views(take_record_batch(batch, &rows)?)).await.is_err() {
                 return Ok(false);
             }
         }
@@ -255,7 +258,7 @@ impl Job {
         let mut writer = FileWriter::try_new(File::create(file.path())?, &with_lengths.schema())?;
         let mut offset = 0;
         while offset < rows {
-            let n = self.batch_size.min(rows - offset);
+            let n = SPILL_BATCH_ROWS.min(rows - offset);
             writer.write(&with_lengths.slice(offset, n))?;
             offset += n;
         }

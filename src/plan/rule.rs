@@ -23,8 +23,8 @@ use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::{EmbedExec, LengthOrderExec};
+use crate::lance::LanceSink;
 use crate::metrics::RunMetrics;
-use crate::model::Device;
 use crate::options::{EmbedOptions, ORIGINAL_BATCH_ROWS};
 
 /// The physical optimizer rule described in the module docs.
@@ -43,20 +43,14 @@ impl EmbedWriteRule {
 impl PhysicalOptimizerRule for EmbedWriteRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
-        if !plan.as_ref().is::<DataSinkExec>() {
-            return Ok(plan);
-        }
+        let Some(sink) = plan.as_ref().downcast_ref::<DataSinkExec>() else { return Ok(plan) };
+        // Only a Lance sink receives the counters of the rows it commits.
+        let metrics = sink.sink().is::<LanceSink>().then(|| Arc::clone(&self.metrics));
         let by_length = options.order.eq_ignore_ascii_case("length");
         // A model call's rows at most; the ordering stage cuts smaller ones by tokens.
         let chunk_rows = if by_length { options.max_batch_rows.max(1) } else { ORIGINAL_BATCH_ROWS };
         // One chunk per model session in flight, plus one being tokenised.
-        let sessions = options.placement().map_or(1, |p| {
-            p.sessions_per_device
-                * match &p.device {
-                    Device::Cpu => 1,
-                    Device::Cuda(ids) => ids.len().max(1),
-                }
-        });
+        let sessions = options.placement().map_or(1, |p| p.sessions());
         plan.transform_up(|node| {
             let Some(exec) = node.as_ref().downcast_ref::<AsyncFuncExec>() else { return Ok(Transformed::no(node)) };
             let texts: Vec<_> = exec.async_exprs().iter().map(|e| embed_text_argument(&e.func)).collect();
@@ -76,7 +70,7 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
                 exec.schema(),
                 chunk_rows,
                 sessions + 1,
-                Arc::clone(&self.metrics),
+                metrics.clone(),
             )?;
             Ok(Transformed::yes(Arc::new(embed) as Arc<dyn ExecutionPlan>))
         })

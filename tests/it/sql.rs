@@ -106,10 +106,12 @@ async fn explain_shows_the_resume_anti_join() {
     let copy = format!("COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{o}' STORED AS LANCE");
     // Planned even before the output exists: another run may create it before this one executes.
     let before = crate::common::strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
-    assert!(before.contains("LeftAnti") && before.contains("__done_ids"), "{before}");
+    assert!(before.contains("RightAnti") && before.contains("__done_ids"), "{before}");
+    // The done ids are the side the hash join builds; the input streams through it.
+    assert!(before.contains("join_type=RightAnti"), "{before}");
     sql(&s, &copy).await.unwrap();
     let after = crate::common::strings(&sql(&s, &format!("EXPLAIN {copy}")).await.unwrap(), "plan").join("\n");
-    assert!(after.contains("LeftAnti") && after.contains("__done_ids"), "{after}");
+    assert!(after.contains("RightAnti") && after.contains("__done_ids"), "{after}");
 }
 
 #[tokio::test]
