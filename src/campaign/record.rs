@@ -33,7 +33,7 @@ pub struct RunRecord {
     pub wall_seconds: f64,
     /// Time tokenising, seconds (summed over calls, which may overlap).
     pub tokenize_seconds: f64,
-    /// Time in the model, pooling included, seconds.
+    /// Time in the model, pooling included, seconds (not the wait for a session another call holds).
     pub model_seconds: f64,
     /// Time in the Lance writer and commit, seconds.
     pub write_seconds: f64,

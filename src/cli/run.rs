@@ -96,7 +96,7 @@ fn sharing_advice(others: &[u32], threads_chosen: bool) -> String {
     } else {
         format!(
             "{} other pipeline run(s) on this machine (pid {list}). Each run takes one thread per core ({cores}) by \
-             default, and {runs} runs at once slow each other down several times over; give each \
+             default, so {runs} runs at once oversubscribe the cores and slow each other down; give each \
              `SET embed.intra_threads = {each};`",
             others.len()
         )

@@ -303,6 +303,7 @@ impl Embedder {
         batch: &Batch,
         settings: &CallSettings,
         stop: &(dyn Fn() -> bool + Sync),
+        busy: &AtomicU64,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
@@ -310,7 +311,25 @@ impl Embedder {
         if stop() {
             return Err(Error::Stopped);
         }
-        let BoundSession { session, feed } = &mut *bound;
+        // Model time counts from here: not the wait for a session another call holds.
+        let started = Instant::now();
+        let out = self.run_bound(&mut bound, tokens, batch, settings, rows, len);
+        busy.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        worker.calls.fetch_add(out.is_ok() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// [`Embedder::run_batch`] on the session it holds.
+    fn run_bound(
+        &self,
+        bound: &mut BoundSession,
+        tokens: &[Tokenized],
+        batch: &Batch,
+        settings: &CallSettings,
+        rows: usize,
+        len: usize,
+    ) -> Result<Vec<(usize, Vec<f32>)>> {
+        let BoundSession { session, feed } = bound;
         let ids =
             feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
         let mask = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |_, _| 1, 0))?;
@@ -330,7 +349,6 @@ impl Embedder {
         let mask = mask.try_extract_tensor::<i64>()?.1;
         let out = feed
             .run(session, &inputs, wanted, |outputs| self.read_output(outputs, wanted, batch, len, mask, settings))?;
-        worker.calls.fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -375,6 +393,7 @@ impl Embedder {
         settings: &CallSettings,
         progress: &dyn Fn(&Batch),
         stop: &(dyn Fn() -> bool + Sync),
+        busy: &AtomicU64,
     ) -> Result<Vec<Vec<f32>>> {
         let mut pooled = vec![Vec::new(); tokens.len()];
         let mut place = |rows: Vec<(usize, Vec<f32>)>| {
@@ -385,7 +404,7 @@ impl Embedder {
         if self.workers.len() == 1 || batches.len() <= 1 {
             let worker = &self.workers[self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len()];
             for batch in batches {
-                place(self.run_batch(worker, tokens, batch, settings, stop)?);
+                place(self.run_batch(worker, tokens, batch, settings, stop, busy)?);
                 progress(batch);
             }
             return Ok(pooled);
@@ -401,7 +420,7 @@ impl Embedder {
                     while !failed.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(batch) = batches.get(i) else { break };
-                        let result = self.run_batch(worker, tokens, batch, settings, stop);
+                        let result = self.run_batch(worker, tokens, batch, settings, stop, busy);
                         failed.fetch_or(result.is_err(), Ordering::Relaxed);
                         if tx.send((i, result)).is_err() {
                             break;
@@ -639,7 +658,7 @@ impl TextEmbedder for Embedder {
             }
         }
 
-        let started = Instant::now();
+        let busy = AtomicU64::new(0);
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let batches = match settings.order {
             Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
@@ -655,6 +674,7 @@ impl TextEmbedder for Embedder {
             settings,
             &|batch| progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum()),
             stop,
+            &busy,
         )?;
         let dim = self.spec.dim;
         let mut vectors = vec![0.0f32; texts.len() * dim];
@@ -666,7 +686,7 @@ impl TextEmbedder for Embedder {
             vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
             valid[*row] = true;
         }
-        stats.model_time = started.elapsed();
+        stats.model_time = Duration::from_nanos(busy.load(Ordering::Relaxed));
         Ok(Embedded { vectors, valid, stats })
     }
 }
