@@ -213,19 +213,13 @@ impl Job {
 
     /// The buffer's rows, longest first, as one batch (and their lengths, in the same order).
     fn sorted(&self, buffer: Buffer) -> Result<Option<(RecordBatch, Vec<u32>)>> {
-        let Some(first) = buffer.batches.first() else { return Ok(None) };
-        let all = concat_batches(&first.schema(), &buffer.batches)?;
-        let mut order: Vec<u32> = (0..buffer.lengths.len() as u32).collect();
-        order.sort_by(|a, b| buffer.lengths[*b as usize].cmp(&buffer.lengths[*a as usize]));
+        let Some((all, order)) = longest_first(&buffer)? else { return Ok(None) };
         let lengths = order.iter().map(|&i| buffer.lengths[i as usize]).collect();
         Ok(Some((take_record_batch(&all, &UInt32Array::from(order))?, lengths)))
     }
 
     async fn emit_sorted(&self, buffer: Buffer, tx: &Sender) -> Result<()> {
-        let Some(first) = buffer.batches.first() else { return Ok(()) };
-        let all = concat_batches(&first.schema(), &buffer.batches)?;
-        let mut order: Vec<u32> = (0..buffer.lengths.len() as u32).collect();
-        order.sort_by(|a, b| buffer.lengths[*b as usize].cmp(&buffer.lengths[*a as usize]));
+        let Some((all, order)) = longest_first(&buffer)? else { return Ok(()) };
         let lengths: Vec<usize> = order.iter().map(|&i| buffer.lengths[i as usize] as usize).collect();
         self.emit_calls(&all, &order, &lengths, tx).await?;
         Ok(())
@@ -332,6 +326,15 @@ impl Job {
         lengths.clear();
         sent
     }
+}
+
+/// The buffer's rows as one batch, and the order of its rows longest first (ties keep input order).
+fn longest_first(buffer: &Buffer) -> Result<Option<(RecordBatch, Vec<u32>)>> {
+    let Some(first) = buffer.batches.first() else { return Ok(None) };
+    let all = concat_batches(&first.schema(), &buffer.batches)?;
+    let mut order: Vec<u32> = (0..buffer.lengths.len() as u32).collect();
+    order.sort_by(|a, b| buffer.lengths[*b as usize].cmp(&buffer.lengths[*a as usize]));
+    Ok(Some((all, order)))
 }
 
 /// A position in one spilled run.
