@@ -26,7 +26,8 @@ pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Op
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
     let ctx = session.context();
     let mut first_table = None;
-    for stmt in split_statements(&text) {
+    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    for stmt in statements {
         // Only the set-up statements; queries and writes may refer to outputs that do not exist yet.
         let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
         if !["SET", "RESET", "CREATE", "DROP"].contains(&first_word.as_str()) {
@@ -34,7 +35,7 @@ pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Op
         }
         let plan = ctx
             .state()
-            .create_logical_plan(&stmt.sql)
+            .create_logical_plan(&stmt.positioned_sql())
             .await
             .map_err(|e| anyhow!("{}: statement {} (line {}): {e}", file.display(), stmt.index, stmt.line))?;
         match &plan {

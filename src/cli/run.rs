@@ -14,7 +14,7 @@ use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
 use crate::lance::resume::{WriteTarget, count_done, dataset_exists, write_target};
 use crate::options::EmbedOptions;
-use crate::script::{Statement, split_statements};
+use crate::script::{Statement, parse_all, split_statements};
 use crate::session::EmbedSession;
 
 /// Rows of one query's result shown before the rest is cut off.
@@ -23,7 +23,7 @@ const MAX_SHOWN_ROWS: usize = 1000;
 /// Run a job file. The error names the statement and its line.
 pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet: bool) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
-    let statements = split_statements(&text);
+    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
     if statements.is_empty() {
         return Err(anyhow!("job file {} holds no SQL statements", file.display()));
     }
@@ -32,6 +32,17 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         options.device = device;
     }
     let session = EmbedSession::with_options(options)?;
+    // Every statement parses before the first one runs: a typo at the end must not wait for an hour of COPY.
+    parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
+        let stmt = &statements[i];
+        anyhow!(
+            "{}: statement {} (line {}) does not parse, so nothing was run: {e}\n  {}",
+            file.display(),
+            stmt.index,
+            stmt.line,
+            stmt.sql.lines().next().unwrap_or_default()
+        )
+    })?;
     let others = other_runs();
     let threads_chosen = || {
         let state = session.context().state();
@@ -107,7 +118,7 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     let writes_before = session.metrics().writes().len();
     let ctx = session.context();
     // Plan first to learn what kind of statement this is; DDL and SET run as they are executed.
-    let plan = ctx.state().create_logical_plan(&stmt.sql).await?;
+    let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await?;
     let is_write = matches!(plan, LogicalPlan::Copy(_) | LogicalPlan::Dml(_));
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
     let mut todo = None;

@@ -5,15 +5,15 @@ use std::process::{Command, Output};
 
 use crate::common::{model_dir, write_jsonl};
 
-fn pipeline(args: &[&str], dir: &Path) -> Output {
+pub(crate) fn pipeline(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
 }
 
-fn text(o: &Output) -> (String, String) {
+pub(crate) fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-fn job(dir: &Path, body: &str) -> String {
+pub(crate) fn job(dir: &Path, body: &str) -> String {
     write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text")), ("x3", None)]);
     let sql = format!("SET embed.model = '{}';\n{body}", model_dir().display());
     std::fs::write(dir.join("job.sql"), sql).unwrap();
