@@ -44,7 +44,11 @@ pub enum Error {
 
     /// An `embed.*` option has a value we cannot use.
     #[error("option embed.{key} = '{value}': {message}")]
-    Option { key: &'static str, value: String, message: String },
+    Option { key: String, value: String, message: String },
+
+    /// `SET embed.<key>` with a key that does not exist.
+    #[error("unknown option embed.{key}: {message}")]
+    UnknownOption { key: String, message: String },
 
     /// A write stopped on request (ctrl-C, SIGTERM) after committing the rows it had finished.
     #[error(

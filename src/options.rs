@@ -1,8 +1,9 @@
 //! `embed.*` session options: a DataFusion config extension, set with `SET embed.<key> = …`
 //! and read by the `embed` function when it executes.
 
-use datafusion::common::config::ConfigExtension;
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ConfigOptions, ExtensionOptions};
 use datafusion::common::extensions_options;
+use datafusion::error::DataFusionError;
 
 use crate::error::{Error, Result};
 use crate::model::{Device, Placement, Pooling, TruncationSide};
@@ -61,8 +62,80 @@ extensions_options! {
     }
 }
 
-impl ConfigExtension for EmbedOptions {
+/// [`EmbedOptions`] as the session holds them: `SET embed.<key> = …` goes through here, which refuses an
+/// unknown key (listing the valid ones) or an unusable value (naming the key) at the `SET` itself, so a
+/// mistake is never found first by the `COPY` an hour later.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EmbedConfig(pub(crate) EmbedOptions);
+
+impl ConfigExtension for EmbedConfig {
     const PREFIX: &'static str = "embed";
+}
+
+impl ExtensionOptions for EmbedConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> datafusion::error::Result<()> {
+        let external = |e: Error| DataFusionError::External(Box::new(e));
+        let defaults = EmbedOptions::default().entries();
+        let Some(default) = defaults.iter().find(|e| e.key == key) else {
+            return Err(external(unknown_key(key, &defaults)));
+        };
+        let value = if is_bool(default) || key == "normalize" { spell_bool(value) } else { value.to_string() };
+        let mut next = self.0.clone();
+        ConfigField::set(&mut next, key, &value).map_err(|_| external(bad(key, &value, expected(default))))?;
+        next.check(key).map_err(external)?;
+        self.0 = next;
+        Ok(())
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        self.0.entries()
+    }
+}
+
+fn is_bool(entry: &ConfigEntry) -> bool {
+    matches!(entry.value.as_deref(), Some("true" | "false"))
+}
+
+/// What a key's values look like, from its default.
+fn expected(default: &ConfigEntry) -> &'static str {
+    match default.value.as_deref() {
+        _ if is_bool(default) => "use 'true' or 'false'",
+        Some(v) if v.parse::<u64>().is_ok() => "use a whole number, 0 or more",
+        _ => "not a usable value",
+    }
+}
+
+/// 'on', 'yes', '1' (any case) as 'true'; 'off', 'no', '0' as 'false'; anything else as it is.
+fn spell_bool(value: &str) -> String {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => "true".into(),
+        "false" | "off" | "no" | "0" => "false".into(),
+        _ => value.to_string(),
+    }
+}
+
+fn unknown_key(key: &str, known: &[ConfigEntry]) -> Error {
+    let closest = known
+        .iter()
+        .map(|e| (strsim::damerau_levenshtein(key, &e.key), &e.key))
+        .min()
+        .filter(|(distance, _)| *distance <= 2)
+        .map(|(_, k)| format!(" Did you mean embed.{k}?"))
+        .unwrap_or_default();
+    let all = known.iter().map(|e| e.key.as_str()).collect::<Vec<_>>().join(", ");
+    Error::UnknownOption { key: key.to_string(), message: format!("the embed.* options are {all}.{closest}") }
 }
 
 /// How rows are grouped into model calls.
@@ -91,6 +164,64 @@ pub struct CallSettings {
 }
 
 impl EmbedOptions {
+    /// The `embed.*` options of a session's configuration (the defaults when it has none).
+    pub fn from_config(config: &ConfigOptions) -> Self {
+        config.extensions.get::<EmbedConfig>().map(|c| c.0.clone()).unwrap_or_default()
+    }
+
+    /// Refuse an unusable value of `key` (without the `embed.` prefix), as `SET` does.
+    pub fn check(&self, key: &str) -> Result<()> {
+        let positive = |v: u64| if v == 0 { Err(bad(key, v, "must be at least 1")) } else { Ok(()) };
+        match key {
+            "model" if self.model.trim().is_empty() => Err(bad(key, &self.model, "name a model directory")),
+            "id_column" if self.id_column.is_empty() => Err(bad(key, "", "name the id column")),
+            "max_tokens" if self.max_tokens == 1 => {
+                Err(bad(key, 1, "must be 0 (the model's max_seq_length) or at least 2 (room for the special tokens)"))
+            }
+            "truncation" => TruncationSide::parse(&self.truncation)
+                .map(|_| ())
+                .ok_or_else(|| bad(key, &self.truncation, "use 'right', 'left' or 'error'")),
+            "pooling" if !self.pooling.is_empty() => Pooling::parse(&self.pooling)
+                .map(|_| ())
+                .ok_or_else(|| bad(key, &self.pooling, "use 'mean', 'cls' or 'max', or '' for the model's own")),
+            "normalize" => self.normalize_override().map(|_| ()),
+            "order" => self.resolved_order().map(|_| ()),
+            "commit_rows" => positive(self.commit_rows as u64),
+            "commit_seconds" => positive(self.commit_seconds),
+            "commit_bytes" => positive(self.commit_bytes as u64),
+            "order_memory" => positive(self.order_memory as u64),
+            "batch_tokens" => positive(self.batch_tokens as u64),
+            "max_batch_rows" => positive(self.max_batch_rows as u64),
+            "device" => self.resolved_device().map(|_| ()),
+            "sessions_per_device" if self.sessions_per_device > 16 => {
+                Err(bad(key, self.sessions_per_device, "use 0 (automatic) or 1 to 16"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every key checked as [`Self::check`] checks one.
+    pub fn check_all(&self) -> Result<()> {
+        self.entries().iter().try_for_each(|e| self.check(&e.key))
+    }
+
+    fn normalize_override(&self) -> Result<Option<bool>> {
+        match spell_bool(&self.normalize).as_str() {
+            "" => Ok(None),
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            _ => Err(bad("normalize", &self.normalize, "use 'true' or 'false', or '' for the model's own")),
+        }
+    }
+
+    fn resolved_order(&self) -> Result<Order> {
+        match self.order.to_ascii_lowercase().as_str() {
+            "length" => Ok(Order::Length),
+            "original" => Ok(Order::Original),
+            _ => Err(bad("order", &self.order, "use 'length' or 'original'")),
+        }
+    }
+
     /// These options with another model directory.
     pub fn with_model(mut self, dir: impl Into<String>) -> Self {
         self.model = dir.into();
@@ -106,8 +237,10 @@ impl EmbedOptions {
     ) -> Result<CallSettings> {
         let max_tokens = match self.max_tokens {
             0 => model_max_tokens,
-            n if n < 2 => return Err(bad("max_tokens", n, "must be at least 2 (room for the special tokens)")),
-            n => n,
+            n => {
+                self.check("max_tokens")?;
+                n
+            }
         };
         let truncation = TruncationSide::parse(&self.truncation)
             .ok_or_else(|| bad("truncation", &self.truncation, "use 'right', 'left' or 'error'"))?;
@@ -115,23 +248,10 @@ impl EmbedOptions {
             "" => model_pooling,
             p => Pooling::parse(p).ok_or_else(|| bad("pooling", p, "use 'mean', 'cls' or 'max'"))?,
         };
-        let normalize = match self.normalize.to_ascii_lowercase().as_str() {
-            "" => model_normalize,
-            "true" | "1" | "yes" => true,
-            "false" | "0" | "no" => false,
-            _ => return Err(bad("normalize", &self.normalize, "use 'true' or 'false'")),
-        };
-        if self.batch_tokens == 0 {
-            return Err(bad("batch_tokens", 0, "must be positive"));
-        }
-        if self.max_batch_rows == 0 {
-            return Err(bad("max_batch_rows", 0, "must be positive"));
-        }
-        let order = match self.order.to_ascii_lowercase().as_str() {
-            "length" => Order::Length,
-            "original" => Order::Original,
-            _ => return Err(bad("order", &self.order, "use 'length' or 'original'")),
-        };
+        let normalize = self.normalize_override()?.unwrap_or(model_normalize);
+        self.check("batch_tokens")?;
+        self.check("max_batch_rows")?;
+        let order = self.resolved_order()?;
         Ok(CallSettings {
             order,
             max_tokens,
@@ -176,8 +296,8 @@ impl EmbedOptions {
     }
 }
 
-fn bad(key: &'static str, value: impl ToString, message: &str) -> Error {
-    Error::Option { key, value: value.to_string(), message: message.to_string() }
+fn bad(key: &str, value: impl ToString, message: &str) -> Error {
+    Error::Option { key: key.to_string(), value: value.to_string(), message: message.to_string() }
 }
 
 #[cfg(test)]

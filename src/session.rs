@@ -10,7 +10,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
-use crate::options::EmbedOptions;
+use crate::options::{EmbedConfig, EmbedOptions};
 use crate::plan::EmbedWriteRule;
 use crate::udf::embed_udfs;
 
@@ -29,8 +29,9 @@ impl EmbedSession {
 
     /// A session starting from these `embed.*` options (SQL `SET` can still change them).
     pub fn with_options(options: EmbedOptions) -> Result<Self> {
+        options.check_all()?;
         let metrics = Arc::new(RunMetrics::default());
-        let config = SessionConfig::new().with_option_extension(options.clone());
+        let config = SessionConfig::new().with_option_extension(EmbedConfig(options.clone()));
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()

@@ -52,13 +52,7 @@ pub async fn compare_order(
 ) -> anyhow::Result<()> {
     let (session, table) = super::job::prepare(file, table).await?;
     let ctx = session.context();
-    let id = ctx
-        .state()
-        .config_options()
-        .extensions
-        .get::<crate::EmbedOptions>()
-        .map(|o| o.id_column.clone())
-        .unwrap_or_else(|| "id".into());
+    let id = crate::EmbedOptions::from_config(ctx.state().config_options()).id_column;
     let rows = ctx
         .sql(&format!("SELECT CAST(\"{id}\" AS VARCHAR) AS id, \"{column}\" AS text FROM {table} LIMIT {sample}"))
         .await?

@@ -52,7 +52,7 @@ pub async fn check(
         bail!("table {table} has no non-NULL {column} to sample");
     }
 
-    let options = ctx.state().config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+    let options = EmbedOptions::from_config(ctx.state().config_options());
     let (settings, _) = Fingerprint::for_options(&options)?;
     let embedder = registry::for_options(&options)?;
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<InvarianceReport> {

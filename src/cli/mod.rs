@@ -186,14 +186,73 @@ fn stop_on_signals() {
 }
 
 /// An error and its causes, skipping a cause whose text is already shown (DataFusion's External
-/// wrapper displays its source, which the chain then reports again).
+/// wrapper displays its source, which the chain then reports again), in plain words: see [`plain`].
 pub fn error_chain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = plain(&cause.to_string());
         if !out.contains(&text) {
             out = if out.is_empty() { text } else { format!("{out}: {text}") };
         }
     }
     out
+}
+
+/// A library's error text as a user should read it: without the source locations Lance appends
+/// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's `External error: ` wrapper, or its advice to
+/// report a bug in DataFusion for what is a location this version cannot read.
+pub fn plain(text: &str) -> String {
+    let mut out = text.replace("External error: ", "");
+    if let Some(at) = out.find("No suitable object store found for ") {
+        let rest = &out[at + "No suitable object store found for ".len()..];
+        let url = rest.split(|c: char| c.is_whitespace()).next().unwrap_or_default().trim_end_matches('.');
+        out = format!(
+            "{url}: this version reads local files only (object stores such as s3:// are not supported yet); \
+             copy the data to a local or mounted path"
+        );
+    }
+    if let Some(at) = out.find("This issue was likely caused by a bug in DataFusion") {
+        out.truncate(at);
+    }
+    // Source locations: whitespace-separated words holding a Cargo registry or toolchain path.
+    let is_location = |w: &str| ["/.cargo/registry/", "/.cargo/git/", "/rustc/"].iter().any(|p| w.contains(p));
+    let mut kept: Vec<&str> = Vec::new();
+    for word in out.split(' ') {
+        if is_location(word) {
+            continue;
+        }
+        kept.push(word);
+    }
+    let mut out = kept.join(" ");
+    // A location list leaves its separators behind: "found: x/_versions, , " or a dangling ", ".
+    while out.contains(", ,") {
+        out = out.replace(", ,", ",");
+    }
+    out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn library_source_locations_and_wrappers_are_dropped() {
+        let lance = "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
+                     Valid schemes: memory, file, /root/.cargo/registry/src/index.crates.io-1/lance-io-14.0.2/src/\
+                     object_store/providers.rs:205:9";
+        assert_eq!(
+            plain(&format!("External error: {lance}")),
+            "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
+             Valid schemes: memory, file"
+        );
+        let two = "Not found: d/_versions, /root/.cargo/registry/a/commit.rs:653:26, /root/.cargo/registry/b.rs:921:29";
+        assert_eq!(plain(two), "Not found: d/_versions");
+        let internal = "Internal error: No suitable object store found for s3://bucket/x.jsonl. See \
+                        `RuntimeEnv::register_object_store`.\nThis issue was likely caused by a bug in DataFusion's \
+                        code. Please help us";
+        let p = plain(internal);
+        assert!(p.starts_with("s3://bucket/x.jsonl: this version reads local files only"), "{p}");
+        assert!(!p.contains("bug"), "{p}");
+        assert_eq!(plain("nothing to change"), "nothing to change");
+    }
 }

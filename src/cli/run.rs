@@ -46,7 +46,7 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
     let others = other_runs();
     let threads_chosen = || {
         let state = session.context().state();
-        state.config_options().extensions.get::<EmbedOptions>().is_some_and(|o| o.intra_threads != 0)
+        EmbedOptions::from_config(state.config_options()).intra_threads != 0
     };
     if !quiet && !others.is_empty() {
         let list = others.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
@@ -190,7 +190,7 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
 /// Returns how many rows are left to embed.
 async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool) -> anyhow::Result<u64> {
     let state = session.context().state();
-    let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+    let options = EmbedOptions::from_config(state.config_options());
     let column = &options.id_column;
     let check = check_ids(&state, &target.input, column).await?;
     if let Some(problem) = check.problem(column) {

@@ -55,7 +55,7 @@ pub struct VersionReport {
 }
 
 fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
-    move |e| Error::Lance { uri: uri.to_string(), message: e.to_string() }
+    move |e| Error::Lance { uri: uri.to_string(), message: super::lance_message(&e) }
 }
 
 /// Inspect the dataset at `uri`; `id_column` names the ids to check.

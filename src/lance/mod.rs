@@ -23,6 +23,17 @@ pub fn dataset_uri(location: &str) -> String {
     std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
 }
 
+/// What went wrong with a Lance dataset, in the user's terms: Lance's own "not found" names the path
+/// without its leading `/` and the source files of Lance.
+pub(crate) fn lance_message(e: &lance::Error) -> String {
+    match e {
+        lance::Error::DatasetNotFound { .. } => {
+            "not found (the path does not exist, or holds no _versions directory)".into()
+        }
+        e => e.to_string(),
+    }
+}
+
 /// Open `location`, `location@version` or `location@tag` (the part after the last `@`, when it holds
 /// no `/`: a number is a version, anything else a tag).
 pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
@@ -38,10 +49,10 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
         Some(tag) => builder = builder.with_tag(tag),
         None => {}
     }
-    builder
-        .load()
-        .await
-        .map_err(|e| crate::Error::Lance { uri: location.to_string(), message: format!("cannot open: {e}") })
+    builder.load().await.map_err(|e| crate::Error::Lance {
+        uri: location.to_string(),
+        message: format!("cannot open: {}", lance_message(&e)),
+    })
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ impl AnalyzerRule for ResumeRule {
     }
 
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
-        let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let options = EmbedOptions::from_config(config);
         let Some(target) = write_target(&plan) else { return Ok(plan) };
         if options.restart {
             return Ok(plan);

@@ -144,7 +144,7 @@ impl DataSink for LanceSink {
     }
 
     async fn write_all(&self, data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> Result<u64> {
-        let options = context.session_config().options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let options = EmbedOptions::from_config(context.session_config().options());
         let existing = match Dataset::open(&self.uri).await {
             Ok(ds) => Some(ds),
             Err(lance::Error::DatasetNotFound { .. }) => None,
@@ -337,11 +337,21 @@ const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indice
 /// manifest yet), an empty directory or a free path: never a file, nor a directory of other files,
 /// which the dataset would be written among.
 fn check_output_location(uri: &str) -> Result<()> {
-    if uri.contains("://") {
-        return Ok(());
-    }
     let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
+    if let Some((scheme, _)) = uri.split_once("://") {
+        // Checked before anything touches the disk: a gs:// path must not become a local ./gs: directory.
+        return refuse(format!(
+            "{scheme}:// outputs are not supported by this version; write to a local path (or a mounted \
+             file system) and copy the dataset to the object store afterwards"
+        ));
+    }
     let path = std::path::Path::new(uri);
+    if let Some(file) = path.ancestors().skip(1).find(|a| a.exists() && !a.is_dir()) {
+        return refuse(format!(
+            "{} is a file, so nothing can be written under it; choose an output path in a directory",
+            file.display()
+        ));
+    }
     let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
     if !meta.is_dir() {
         return refuse("is a file, not a Lance dataset directory; write to another path, or move the file away".into());

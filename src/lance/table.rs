@@ -68,7 +68,11 @@ impl TableProviderFactory for LanceTableFactory {
         }
         let dataset = builder.load().await.map_err(|e| Error::Lance {
             uri: cmd.location.clone(),
-            message: format!("cannot open ({e}); create it first with COPY (…) TO '{}' STORED AS LANCE", cmd.location),
+            message: format!(
+                "cannot open ({}); create it first with COPY (…) TO '{}' STORED AS LANCE",
+                super::lance_message(&e),
+                cmd.location
+            ),
         })?;
         let dataset = Arc::new(dataset);
         let provider = LanceTableProvider::new(dataset, false, false);
@@ -119,7 +123,7 @@ impl TableProvider for LanceTable {
             // statements wrote.
             let latest = DatasetBuilder::from_uri(&self.uri).load().await.map_err(|e| Error::Lance {
                 uri: self.uri.clone(),
-                message: format!("cannot open its latest version ({e})"),
+                message: format!("cannot open its latest version ({})", super::lance_message(&e)),
             })?;
             let provider = LanceTableProvider::new(Arc::new(latest), false, false);
             if provider.schema().fields() != self.provider.schema().fields() {
@@ -158,7 +162,7 @@ impl TableProvider for LanceTable {
             |f| matches!(f.data_type(), DataType::FixedSizeList(child, _) if child.data_type() == &DataType::Float32),
         );
         let fingerprint = if has_vectors {
-            let options = state.config_options().extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+            let options = EmbedOptions::from_config(state.config_options());
             Some(Fingerprint::for_options(&options).map(|(_, fp)| fp)?)
         } else {
             None

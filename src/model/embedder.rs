@@ -625,7 +625,7 @@ impl TextEmbedder for Embedder {
     ) -> Result<Embedded> {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
-                key: "pooling",
+                key: "pooling".into(),
                 value: settings.pooling.as_str().into(),
                 message: "this model's graph pools by itself (it has only a sentence_embedding output)".into(),
             });

@@ -42,7 +42,7 @@ impl EmbedWriteRule {
 
 impl PhysicalOptimizerRule for EmbedWriteRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let options = EmbedOptions::from_config(config);
         let Some(sink) = plan.as_ref().downcast_ref::<DataSinkExec>() else { return Ok(plan) };
         // Only a Lance sink receives the counters of the rows it commits.
         let metrics = sink.sink().is::<LanceSink>().then(|| Arc::clone(&self.metrics));

@@ -260,13 +260,13 @@ impl ScalarUDFImpl for EmbedDimUdf {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let options = args.config_options.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let options = EmbedOptions::from_config(&args.config_options);
         let spec = ModelSpec::load(&options.model)?;
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(spec.dim as i32))))
     }
 
     fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
-        let options = config.extensions.get::<EmbedOptions>().cloned().unwrap_or_default();
+        let options = EmbedOptions::from_config(config);
         Some(EmbedUdf::for_options(&options, Arc::clone(&self.metrics)))
     }
 }

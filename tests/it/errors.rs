@@ -9,7 +9,7 @@ async fn unknown_embed_option_is_named() {
 }
 
 #[tokio::test]
-async fn bad_option_value_is_named_when_embedding() {
+async fn bad_option_value_is_named_at_the_set() {
     let err = sql(&session(), "SET embed.pooling = 'median'; SELECT embed('x')").await.unwrap_err().to_string();
     assert!(err.contains("embed.pooling") && err.contains("median"), "{err}");
 }
