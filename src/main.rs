@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", cli::error_chain(&e));
-            ExitCode::FAILURE
+            e.downcast_ref::<cli::Exit>().map_or(ExitCode::FAILURE, |exit| ExitCode::from(exit.code))
         }
     }
 }

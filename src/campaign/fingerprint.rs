@@ -87,19 +87,30 @@ impl Fingerprint {
         serde_json::from_str(s)
     }
 
-    /// Fields that differ, as (field, value in `self`, value in `other`), in field order. A
-    /// `model_dtype` that one side lacks (a fingerprint written before it was recorded) is not a
-    /// difference: `model_sha256` already pins the file it is read from.
+    /// Fields that differ, as (field, value in `self`, value in `other`), in field order, values as
+    /// plain text. Models are compared by their files' hashes: the directory's name is a label, so a
+    /// campaign can move its model to a directory of another name (or another machine). A `model_dtype`
+    /// that one side lacks (a fingerprint written before it was recorded) is not a difference either:
+    /// `model_sha256` already pins the file it is read from.
     pub fn differences(&self, other: &Fingerprint) -> Vec<(String, String, String)> {
         let mut this = self.clone();
         if other.model_dtype.is_empty() || self.model_dtype.is_empty() {
             this.model_dtype = other.model_dtype.clone();
         }
+        if this.model_sha256 == other.model_sha256 && this.tokenizer_sha256 == other.tokenizer_sha256 {
+            this.model = other.model.clone();
+        }
         let (a, b) = (serde_json::to_value(&this).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
+        let text = |v: &serde_json::Value| match v.as_str() {
+            None => v.to_string(),
+            Some("") => "(empty)".into(),
+            Some(s) if s.trim() != s => format!("'{s}'"),
+            Some(s) => s.to_string(),
+        };
         a.iter()
             .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| (k.clone(), v.to_string(), b.get(k).map(|x| x.to_string()).unwrap_or_default()))
+            .map(|(k, v)| (k.clone(), text(v), b.get(k).map(text).unwrap_or_default()))
             .collect()
     }
 }
@@ -178,6 +189,13 @@ mod tests {
             ]
         );
         assert!(a.differences(&a).is_empty());
+        // The model directory's name is a label: the same files under another name are the same model.
+        let moved = Fingerprint { model: "my-copy-of-minilm".into(), ..sample() };
+        assert!(a.differences(&moved).is_empty());
+        let other = Fingerprint { model: "other".into(), model_sha256: "dd".into(), prefix: "q: ".into(), ..sample() };
+        let d = a.differences(&other);
+        assert_eq!(d[0], ("model".into(), a.model.clone(), "other".into()));
+        assert_eq!(d.last().unwrap(), &("prefix".into(), "(empty)".into(), "'q: '".into()));
         // A fingerprint from before model_dtype was recorded still matches on everything else.
         let old = Fingerprint::from_json(&a.to_json().replace(r#""model_dtype":"int8","#, "")).unwrap();
         assert_eq!(old.model_dtype, "");

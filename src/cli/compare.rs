@@ -1,24 +1,27 @@
-//! `pipeline compare A B [--min-cosine X] [--json]`.
+//! `pipeline compare A B [--min-cosine X] [--max-diff D] [--shared-ids] [--allow-different-fingerprints] [--json]`.
 
-use anyhow::bail;
+use super::Exit;
+use crate::lance::compare::Thresholds;
 
-/// Print the comparison; fail when it did not pass.
+/// Print the comparison. Exit 1 when it did not pass, 2 when the datasets cannot be compared at all.
 pub async fn compare(
     a: &str,
     b: &str,
     id_column: &str,
     column: &str,
-    min_cosine: f64,
+    thresholds: Thresholds,
     json: bool,
 ) -> anyhow::Result<()> {
-    let r = crate::lance::compare::compare(a, b, id_column, column, min_cosine).await?;
+    let r = crate::lance::compare::compare(a, b, id_column, column, thresholds)
+        .await
+        .map_err(|e| Exit::with(Exit::CANNOT, e.into()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", r.to_text());
     }
     if !r.passed {
-        bail!("{a} and {b} differ (see above)");
+        return Err(Exit::with(Exit::DIFFER, anyhow::anyhow!("{a} and {b} differ: {}", r.failures.join("; "))));
     }
     Ok(())
 }

@@ -63,8 +63,9 @@ pub enum Command {
         #[arg(long, default_value = "id")]
         id_column: String,
     },
-    /// Compare the vectors of two datasets, or two versions (`path@3`, `path@tag`), by id. Exits
-    /// non-zero when ids differ or the smallest cosine is below --min-cosine.
+    /// Compare the vectors of two datasets, or two versions (`path@3`, `path@tag`), by id: fingerprints,
+    /// ids on one side only or twice, cosine and largest difference. Exits 1 when they differ, 2 when
+    /// they cannot be compared (a dataset or column missing).
     Compare {
         /// The first dataset.
         a: String,
@@ -73,6 +74,16 @@ pub enum Command {
         /// Smallest acceptable cosine similarity between a pair of vectors.
         #[arg(long, default_value_t = 0.9999)]
         min_cosine: f64,
+        /// Largest acceptable absolute difference of any element of a pair (cosine alone does not see
+        /// length: a normalised and an unnormalised vector have cosine 1).
+        #[arg(long, default_value_t = 0.01)]
+        max_diff: f64,
+        /// Compare only the ids both have: ids on one side only are reported, but do not fail.
+        #[arg(long)]
+        shared_ids: bool,
+        /// Compare vectors made under different fingerprints (the differences are still reported).
+        #[arg(long)]
+        allow_different_fingerprints: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -136,8 +147,20 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Devices { json } => devices::print(json),
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
-        Command::Compare { a, b, min_cosine, json, id_column, column } => {
-            compare::compare(&a, &b, &id_column, &column, min_cosine, json).await
+        Command::Compare {
+            a,
+            b,
+            min_cosine,
+            max_diff,
+            shared_ids,
+            allow_different_fingerprints,
+            json,
+            id_column,
+            column,
+        } => {
+            let thresholds =
+                crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
+            compare::compare(&a, &b, &id_column, &column, thresholds, json).await
         }
         Command::CompareOrder { file, sample, table, column, json } => {
             compare_order::compare_order(&file, sample, table.as_deref(), &column, json).await
@@ -184,6 +207,32 @@ fn stop_on_signals() {
         }
     });
 }
+
+/// An error that asks for an exit code of its own (the binary exits 1 for any other error).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl Exit {
+    /// `pipeline compare`: the datasets differ.
+    pub const DIFFER: u8 = 1;
+    /// `pipeline compare`: the datasets could not be compared.
+    pub const CANNOT: u8 = 2;
+
+    pub fn with(code: u8, error: anyhow::Error) -> anyhow::Error {
+        anyhow::Error::new(Self { code, error })
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&error_chain(&self.error))
+    }
+}
+
+impl std::error::Error for Exit {}
 
 /// An error and its causes, skipping a cause whose text is already shown (DataFusion's External
 /// wrapper displays its source, which the chain then reports again), in plain words: see [`plain`].

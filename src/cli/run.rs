@@ -13,6 +13,7 @@ use super::display::format_batches;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
 use crate::lance::resume::{WriteTarget, count_done, dataset_exists, write_target};
+use crate::lance::sink::{check_fingerprint, fingerprint_of_columns, fingerprint_of_dataset};
 use crate::options::EmbedOptions;
 use crate::script::{Statement, parse_all, split_statements};
 use crate::session::EmbedSession;
@@ -198,7 +199,27 @@ async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool
     }
     let mut done = 0;
     if !options.restart && dataset_exists(&target.uri) {
+        let ds = crate::lance::open_dataset(&target.uri).await?;
+        // Refused here, before the resume count, which would read as if the run were going on.
+        let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
+        check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;
         done = count_done(&state, target, column).await?;
+        let left = check.rows - done;
+        if !options.tag.is_empty()
+            && let Ok(v) = ds.tags().get_version(&options.tag).await
+        {
+            if left > 0 && v == ds.version().version {
+                return Err(anyhow!(
+                    "embed.tag '{}' already marks version {v} of {}, and the {left} ids not yet there would make a new \
+                     version; choose another tag for it",
+                    options.tag,
+                    target.uri
+                ));
+            }
+            if left == 0 && !quiet {
+                println!("embed.tag '{}' already marks version {v}, the current one: this job is done", options.tag);
+            }
+        }
         if !quiet {
             println!("resuming: {done} of {} already done in {}", check.rows, target.uri);
         }
@@ -268,6 +289,13 @@ fn print_summary(session: &EmbedSession, wall: f64) {
             e.dropped_tokens,
             e.useful_tokens as f64 / wall.max(1e-9)
         );
+        if e.nulls > 0 && !writes.is_empty() {
+            println!(
+                "note: {} rows had a NULL text and were written with a NULL vector; their ids count as done, so a \
+                 rerun skips them (the README's Resume section says how to embed them once they have text)",
+                e.nulls
+            );
+        }
         println!(
             "time: tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls and partitions, which overlap)",
             e.tokenize_time.as_secs_f64(),

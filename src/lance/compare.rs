@@ -11,37 +11,80 @@ use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
 use super::open_dataset;
+use super::sink::fingerprint_of_dataset;
+use crate::campaign::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
 
 /// How many example ids to list for each side.
 const EXAMPLES: usize = 10;
+
+/// What `pipeline compare` requires for a pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct Thresholds {
+    /// Smallest acceptable cosine similarity of a pair.
+    pub min_cosine: f64,
+    /// Largest acceptable absolute difference of any element of a pair.
+    pub max_diff: f64,
+    /// Compare only the ids both sides have: ids on one side only are reported, not failed.
+    pub shared_ids: bool,
+    /// Compare vectors made under different fingerprints (reported, not failed).
+    pub allow_different_fingerprints: bool,
+}
+
+/// One field in which the two fingerprints differ.
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldDifference {
+    pub field: String,
+    pub a: String,
+    pub b: String,
+}
 
 /// What `pipeline compare` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompareReport {
     pub a: String,
     pub b: String,
-    /// Ids in both.
+    /// Each side's campaign fingerprint (null for a dataset not written by embed()).
+    pub fingerprint_a: Option<Fingerprint>,
+    pub fingerprint_b: Option<Fingerprint>,
+    /// Fields in which they differ (all of them when only one side has one).
+    pub fingerprint_differences: Vec<FieldDifference>,
+    /// Distinct ids in both.
     pub matched: u64,
+    /// Distinct ids on one side only.
     pub only_in_a: u64,
     pub only_in_a_examples: Vec<String>,
     pub only_in_b: u64,
     pub only_in_b_examples: Vec<String>,
+    /// Ids that occur more than once on a side, and how many such ids.
+    pub duplicates_in_a: u64,
+    pub duplicates_in_a_examples: Vec<String>,
+    pub duplicates_in_b: u64,
+    pub duplicates_in_b_examples: Vec<String>,
     /// Shared ids whose vector is NULL on one side only.
     pub null_mismatches: u64,
     /// Over shared ids with a vector on both sides; null when there are none.
     pub min_cosine: Option<f64>,
     pub mean_cosine: Option<f64>,
     pub max_abs_diff: Option<f64>,
-    /// The threshold applied.
-    pub min_cosine_threshold: f64,
-    /// Every id on both sides, no NULL mismatch, and min_cosine at or above the threshold.
+    /// The thresholds applied.
+    pub thresholds: Thresholds,
+    /// The checks that failed, in words; empty when it passed.
+    pub failures: Vec<String>,
+    /// No check failed.
     pub passed: bool,
 }
 
 /// Compare `a` and `b` (each `path`, `path@version` or `path@tag`) on `vector_column` by `id_column`.
-pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min_cosine: f64) -> Result<CompareReport> {
+pub async fn compare(
+    a: &str,
+    b: &str,
+    id_column: &str,
+    vector_column: &str,
+    thresholds: Thresholds,
+) -> Result<CompareReport> {
     let ctx = SessionContext::new();
+    let mut fingerprints = Vec::new();
     for (name, location) in [("a", a), ("b", b)] {
         let ds = open_dataset(location).await?;
         for col in [id_column, vector_column] {
@@ -49,6 +92,9 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
                 return Err(Error::Lance { uri: location.into(), message: format!("has no column `{col}`") });
             }
         }
+        fingerprints.push(
+            fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: location.into(), message: e.to_string() })?,
+        );
         ctx.register_table(name, Arc::new(LanceTableProvider::new(Arc::new(ds), false, false)))
             .map_err(|e| Error::Lance { uri: location.into(), message: e.to_string() })?;
     }
@@ -56,35 +102,25 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
     let (id, v) = (q(id_column), q(vector_column));
     let err =
         |e: datafusion::error::DataFusionError| Error::Lance { uri: format!("{a} vs {b}"), message: e.to_string() };
+    let ids_of = |sql: String| {
+        let ctx = ctx.clone();
+        async move { distinct_ids(&ctx, &sql).await.map_err(err) }
+    };
 
-    let mut sides = Vec::new();
-    for (left, right) in [("a", "b"), ("b", "a")] {
-        let sql = format!(
-            "SELECT CAST({left}.{id} AS VARCHAR) FROM {left} LEFT ANTI JOIN {right} ON {left}.{id} = {right}.{id}"
-        );
-        let mut stream = ctx.sql(&sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
-        let (mut count, mut examples) = (0u64, Vec::new());
-        while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(err)?;
-            let ids = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Utf8)
-                .map_err(|e| err(e.into()))?;
-            for s in ids.as_string::<i32>().iter().take(EXAMPLES.saturating_sub(examples.len())) {
-                examples.push(s.unwrap_or("NULL").to_string());
-            }
-            count += batch.num_rows() as u64;
-        }
-        sides.push((count, examples));
-    }
+    let (only_a, ex_a) = ids_of(format!("SELECT DISTINCT a.{id} FROM a LEFT ANTI JOIN b ON a.{id} = b.{id}")).await?;
+    let (only_b, ex_b) = ids_of(format!("SELECT DISTINCT b.{id} FROM b LEFT ANTI JOIN a ON b.{id} = a.{id}")).await?;
+    let (dup_a, dup_ex_a) = ids_of(format!("SELECT {id} FROM a GROUP BY {id} HAVING count(*) > 1")).await?;
+    let (dup_b, dup_ex_b) = ids_of(format!("SELECT {id} FROM b GROUP BY {id} HAVING count(*) > 1")).await?;
+    let (matched, _) = ids_of(format!("SELECT DISTINCT a.{id} FROM a JOIN b ON a.{id} = b.{id}")).await?;
 
     let sql = format!("SELECT a.{v} AS va, b.{v} AS vb FROM a JOIN b ON a.{id} = b.{id}");
     let mut stream = ctx.sql(&sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
-    let (mut matched, mut null_mismatches, mut n, mut sum) = (0u64, 0u64, 0u64, 0f64);
+    let (mut null_mismatches, mut n, mut sum) = (0u64, 0u64, 0f64);
     let (mut min_cos, mut max_abs) = (f64::INFINITY, 0f64);
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(err)?;
         let (va, vb) = (batch.column(0).as_fixed_size_list(), batch.column(1).as_fixed_size_list());
         for i in 0..batch.num_rows() {
-            matched += 1;
             match (va.is_valid(i), vb.is_valid(i)) {
                 (true, true) => {}
                 (false, false) => continue,
@@ -108,25 +144,50 @@ pub async fn compare(a: &str, b: &str, id_column: &str, vector_column: &str, min
             n += 1;
         }
     }
-    let (min_cosine_v, mean, max) =
+    let (min_cosine, mean_cosine, max_abs_diff) =
         if n > 0 { (Some(min_cos), Some(sum / n as f64), Some(max_abs)) } else { (None, None, None) };
-    let ((only_a, ex_a), (only_b, ex_b)) = (sides[0].clone(), sides[1].clone());
-    let passed = only_a == 0 && only_b == 0 && null_mismatches == 0 && min_cosine_v.is_none_or(|c| c >= min_cosine);
-    Ok(CompareReport {
+    let fingerprint_differences = fingerprint_differences(fingerprints[0].as_ref(), fingerprints[1].as_ref());
+    let mut report = CompareReport {
         a: a.to_string(),
         b: b.to_string(),
+        fingerprint_b: fingerprints.pop().flatten(),
+        fingerprint_a: fingerprints.pop().flatten(),
+        fingerprint_differences,
         matched,
         only_in_a: only_a,
         only_in_a_examples: ex_a,
         only_in_b: only_b,
         only_in_b_examples: ex_b,
+        duplicates_in_a: dup_a,
+        duplicates_in_a_examples: dup_ex_a,
+        duplicates_in_b: dup_b,
+        duplicates_in_b_examples: dup_ex_b,
         null_mismatches,
-        min_cosine: min_cosine_v,
-        mean_cosine: mean,
-        max_abs_diff: max,
-        min_cosine_threshold: min_cosine,
-        passed,
-    })
+        min_cosine,
+        mean_cosine,
+        max_abs_diff,
+        thresholds,
+        failures: Vec::new(),
+        passed: false,
+    };
+    report.failures = report.failed_checks();
+    report.passed = report.failures.is_empty();
+    Ok(report)
+}
+
+/// How many distinct values the query's single column holds, with the first few as examples.
+async fn distinct_ids(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<(u64, Vec<String>)> {
+    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
+    let (mut count, mut examples) = (0u64, Vec::new());
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let ids = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Utf8)?;
+        for s in ids.as_string::<i32>().iter().take(EXAMPLES.saturating_sub(examples.len())) {
+            examples.push(s.unwrap_or("NULL").to_string());
+        }
+        count += batch.num_rows() as u64;
+    }
+    Ok((count, examples))
 }
 
 /// Cosine similarity (in f64) and the largest absolute element difference of two vectors.
@@ -143,14 +204,95 @@ pub fn cosine_and_max_diff(x: &[f32], y: &[f32]) -> (f64, f64) {
     (cos, max)
 }
 
+fn fingerprint_differences(a: Option<&Fingerprint>, b: Option<&Fingerprint>) -> Vec<FieldDifference> {
+    let diff = |(field, a, b)| FieldDifference { field, a, b };
+    match (a, b) {
+        (Some(a), Some(b)) => a.differences(b).into_iter().map(diff).collect(),
+        (None, None) => Vec::new(),
+        (a, b) => {
+            let say = |f: Option<&Fingerprint>| f.map_or("none (not written by embed())".into(), |f| f.to_json());
+            vec![FieldDifference { field: "fingerprint".into(), a: say(a), b: say(b) }]
+        }
+    }
+}
+
 impl CompareReport {
+    /// Each check that failed, in words.
+    fn failed_checks(&self) -> Vec<String> {
+        let t = &self.thresholds;
+        let mut failed = Vec::new();
+        if !self.fingerprint_differences.is_empty() && !t.allow_different_fingerprints {
+            let fields: Vec<&str> = self.fingerprint_differences.iter().map(|d| d.field.as_str()).collect();
+            failed.push(format!(
+                "fingerprints differ ({}; --allow-different-fingerprints compares anyway)",
+                fields.join(", ")
+            ));
+        }
+        if (self.only_in_a > 0 || self.only_in_b > 0) && !t.shared_ids {
+            failed.push(format!(
+                "ids differ ({} only in A, {} only in B; --shared-ids compares the common ones only)",
+                self.only_in_a, self.only_in_b
+            ));
+        }
+        if self.matched == 0 {
+            failed.push("no id is in both".into());
+        }
+        if self.duplicates_in_a > 0 || self.duplicates_in_b > 0 {
+            failed.push(format!("duplicate ids ({} in A, {} in B)", self.duplicates_in_a, self.duplicates_in_b));
+        }
+        if self.null_mismatches > 0 {
+            failed.push(format!("{} vectors NULL on one side only", self.null_mismatches));
+        }
+        if let Some(c) = self.min_cosine.filter(|c| *c < t.min_cosine) {
+            failed.push(format!("min cosine {c:.7} below {}", t.min_cosine));
+        }
+        if let Some(d) = self.max_abs_diff.filter(|d| *d > t.max_diff) {
+            failed.push(format!("max abs difference {d:.3e} above {:e}", t.max_diff));
+        }
+        failed
+    }
+
     /// The human-readable form.
     pub fn to_text(&self) -> String {
         let f = |x: Option<f64>| x.map(|v| format!("{v:.7}")).unwrap_or_else(|| "n/a".into());
         let mut out = format!("compare {} (A) with {} (B)\n", self.a, self.b);
+        let model = |fp: &Option<Fingerprint>| {
+            fp.as_ref().map_or("none (not written by embed())".into(), |f| {
+                format!(
+                    "{} ({}…, {}, {} dims)",
+                    f.model,
+                    &f.model_sha256[..f.model_sha256.len().min(12)],
+                    f.pooling,
+                    f.dim
+                )
+            })
+        };
+        out += &format!(
+            "  fingerprint A: {}\n  fingerprint B: {}\n",
+            model(&self.fingerprint_a),
+            model(&self.fingerprint_b)
+        );
+        if self.fingerprint_differences.is_empty() {
+            out += "  fingerprints: equal\n";
+        }
+        for d in &self.fingerprint_differences {
+            out += &format!("  fingerprints differ in {}: A {}, B {}\n", d.field, d.a, d.b);
+        }
         out += &format!("  ids in both: {}\n", self.matched);
         out += &format!("  ids only in A: {}{}\n", self.only_in_a, examples(&self.only_in_a_examples));
         out += &format!("  ids only in B: {}{}\n", self.only_in_b, examples(&self.only_in_b_examples));
+        if self.duplicates_in_a + self.duplicates_in_b > 0 {
+            out += &format!(
+                "  ids more than once in A: {}{}\n",
+                self.duplicates_in_a,
+                examples(&self.duplicates_in_a_examples)
+            );
+            out += &format!(
+                "  ids more than once in B: {}{}\n",
+                self.duplicates_in_b,
+                examples(&self.duplicates_in_b_examples)
+            );
+        }
         if self.null_mismatches > 0 {
             out += &format!("  NULL on one side only: {}\n", self.null_mismatches);
         }
@@ -159,11 +301,12 @@ impl CompareReport {
             "  max abs difference: {}\n",
             self.max_abs_diff.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "n/a".into())
         );
-        out += &format!(
-            "  {} (min cosine threshold {})\n",
-            if self.passed { "PASS" } else { "FAIL" },
-            self.min_cosine_threshold
-        );
+        let t = &self.thresholds;
+        if self.passed {
+            out += &format!("  PASS (min cosine >= {}, max abs difference <= {:e})\n", t.min_cosine, t.max_diff);
+        } else {
+            out += &format!("  FAIL: {}\n", self.failures.join("; "));
+        }
         out
     }
 }

@@ -105,12 +105,13 @@ pub fn fingerprint_of_dataset(ds: &Dataset) -> Result<Option<Fingerprint>> {
 }
 
 /// Refuse to mix vectors of two campaigns, listing each field that differs.
-fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&Fingerprint>) -> Result<()> {
+pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&Fingerprint>) -> Result<()> {
     let refuse = |detail: String| {
         Err(exec_datafusion_err!(
             "refusing to append to {uri}: its vectors were made under another campaign fingerprint, and mixing \
-             them would make vectors that are not comparable.\n{detail}\nWrite to a new dataset, or go back to the \
-             dataset's settings (pipeline inspect {uri} shows them)."
+             them would make vectors that are not comparable.\n{detail}\nThree ways on: write to a new output; run \
+             with --restart (SET embed.restart = true) to replace its rows with this campaign's (older versions stay \
+             readable); or go back to the dataset's settings (pipeline inspect {uri} shows them)."
         ))
     };
     match (stored, new) {
@@ -151,6 +152,8 @@ impl DataSink for LanceSink {
             Err(e) => return Err(self.lance_err(e)),
         };
         let mut previous_device = None;
+        // The tag already marks the current version (a finished job run again): fine while nothing new comes.
+        let mut tag_is_current = None;
         if let Some(ds) = &existing {
             previous_device = latest_device(ds).await;
             if !options.restart {
@@ -159,11 +162,14 @@ impl DataSink for LanceSink {
             if !options.tag.is_empty()
                 && let Ok(v) = ds.tags().get_version(&options.tag).await
             {
-                return Err(exec_datafusion_err!(
-                    "embed.tag '{}' already marks version {v} of {}; choose another tag",
-                    options.tag,
-                    self.uri
-                ));
+                if v != ds.version().version {
+                    return Err(exec_datafusion_err!(
+                        "embed.tag '{}' already marks version {v} of {}, not the current one; choose another tag",
+                        options.tag,
+                        self.uri
+                    ));
+                }
+                tag_is_current = Some(v);
             }
         }
 
@@ -202,6 +208,14 @@ impl DataSink for LanceSink {
             }
             match next {
                 Ok(Some(Ok(batch))) => {
+                    if let Some(v) = tag_is_current.filter(|_| batch.num_rows() > 0) {
+                        return Err(exec_datafusion_err!(
+                            "embed.tag '{}' already marks version {v} of {}, and this write has rows to add, which \
+                             would make a new version; nothing was written: choose another tag",
+                            options.tag,
+                            self.uri
+                        ));
+                    }
                     let stats = self.metrics.receive_embedded(batch.num_rows() as u64);
                     held.add(batch, &stats);
                 }
@@ -231,7 +245,10 @@ impl DataSink for LanceSink {
                     && let Some(v) = writer.version
                 {
                     let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
-                    ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
+                    // A finished, tagged job run again wrote nothing, and its tag already marks the version.
+                    if tag_is_current.is_none() {
+                        ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
+                    }
                 }
                 return Ok(writer.rows);
             }

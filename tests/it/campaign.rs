@@ -76,19 +76,12 @@ async fn each_mismatching_field_is_refused_and_the_version_kept() {
     let out = tmp.path().join("out.lance").display().to_string();
     let s = session();
     sql(&s, &format!("{}; {}", docs(tmp.path()), copy_to(&out))).await.unwrap();
-    // The same model under another directory name.
-    let renamed = tmp.path().join("other-model");
-    crate::model::copy_configs(&model_dir(), &renamed);
-    std::fs::create_dir_all(renamed.join("onnx")).unwrap();
-    std::fs::copy(model_dir().join("onnx/model.onnx"), renamed.join("onnx/model.onnx")).unwrap();
-
     for (set, field) in [
         ("SET embed.normalize = false".to_string(), "normalize"),
         ("SET embed.pooling = 'cls'".to_string(), "pooling"),
         ("SET embed.max_tokens = 128".to_string(), "max_tokens"),
         ("SET embed.truncation = 'left'".to_string(), "truncation"),
         ("SET embed.prefix = 'passage: '".to_string(), "prefix"),
-        (format!("SET embed.model = '{}'", renamed.display()), "model"),
     ] {
         let s = session();
         sql(&s, &docs(tmp.path())).await.unwrap();

@@ -117,3 +117,159 @@ fn outputs_that_cannot_be_written_are_refused_before_touching_the_disk() {
     }
     assert!(!tmp.path().join("gs:").exists(), "a gs:// output made a local directory");
 }
+
+mod compare {
+    use std::process::Output;
+
+    use crate::cli::{pipeline, text};
+    use crate::common::{session, sql, write_jsonl};
+
+    fn json(o: &Output) -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(o).0))
+    }
+
+    /// `n.lance` normalised, `u.lance` not, `dup.lance` every id twice, `half.lance` half the ids.
+    async fn datasets(d: &std::path::Path) {
+        let rows: Vec<(String, String)> = (0..6).map(|i| (format!("id{i}"), format!("text number {i}"))).collect();
+        let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), Some(t.as_str()))).collect();
+        write_jsonl(&d.join("docs.jsonl"), &rows);
+        let s = session();
+        let p = |f: &str| d.join(f).display().to_string();
+        sql(
+            &s,
+            &format!(
+                "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}';
+                 COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{}' STORED AS LANCE;
+                 COPY (SELECT id, embed(text) AS embedding FROM docs WHERE id < 'id3') TO '{}' STORED AS LANCE;
+                 COPY (SELECT id, embed(text) AS embedding FROM docs UNION ALL SELECT id, embed(text) AS embedding
+                       FROM docs) TO '{}' STORED AS LANCE;
+                 SET embed.normalize = 'off';
+                 COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{}' STORED AS LANCE;",
+                p("docs.jsonl"),
+                p("n.lance"),
+                p("half.lance"),
+                p("dup.lance"),
+                p("u.lance")
+            ),
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn compare_fails_on_what_cosine_cannot_see_and_says_which_check_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        datasets(d).await;
+
+        // Normalised against unnormalised: cosine 1, but another fingerprint and other lengths.
+        let o = pipeline(&["compare", "n.lance", "u.lance"], d);
+        let (out, _) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(out.contains("fingerprints differ in normalize: A true, B false"), "{out}");
+        assert!(out.contains("FAIL: fingerprints differ (normalize;"), "{out}");
+        let o = pipeline(&["compare", "n.lance", "u.lance", "--allow-different-fingerprints", "--json"], d);
+        assert_eq!(o.status.code(), Some(1));
+        let j = json(&o);
+        assert!(j["min_cosine"].as_f64().unwrap() > 0.99999, "{j}");
+        assert!(j["max_abs_diff"].as_f64().unwrap() > 0.01, "{j}");
+        assert_eq!(j["failures"].as_array().unwrap().len(), 1, "{j}");
+        assert!(j["failures"][0].as_str().unwrap().starts_with("max abs difference"), "{j}");
+        assert_eq!(j["fingerprint_a"]["normalize"], true);
+        assert_eq!(j["fingerprint_b"]["normalize"], false);
+
+        // Every id twice: counted once, and failing as duplicates.
+        let o = pipeline(&["compare", "n.lance", "dup.lance", "--json"], d);
+        assert_eq!(o.status.code(), Some(1));
+        let j = json(&o);
+        assert_eq!((j["matched"].as_u64(), j["duplicates_in_b"].as_u64()), (Some(6), Some(6)), "{j}");
+        assert_eq!(j["failures"][0].as_str().unwrap(), "duplicate ids (0 in A, 6 in B)");
+
+        // Ids on one side only: the FAIL line says so, not the cosine; --shared-ids compares the rest.
+        let o = pipeline(&["compare", "n.lance", "half.lance"], d);
+        let (out, _) = text(&o);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(out.contains("FAIL: ids differ (3 only in A, 0 only in B;") && !out.contains("threshold"), "{out}");
+        let o = pipeline(&["compare", "n.lance", "half.lance", "--shared-ids"], d);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("ids in both: 3") && out.contains("PASS"), "{out}");
+
+        // A dataset that cannot be opened: exit code 2, not the 1 of "differ".
+        let o = pipeline(&["compare", "n.lance", "missing.lance"], d);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    }
+}
+
+mod reruns {
+    use crate::cli::{pipeline, text};
+    use crate::common::{model_dir, write_jsonl};
+
+    fn write_job(d: &std::path::Path, model: &std::path::Path, extra: &str) {
+        let sql = format!(
+            "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+             COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LANCE;\n",
+            model.display()
+        );
+        std::fs::write(d.join("job.sql"), sql).unwrap();
+    }
+
+    #[test]
+    fn a_finished_tagged_job_reruns_as_a_no_op_and_new_ids_need_a_new_tag() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_jsonl(&d.join("docs.jsonl"), &[("a", Some("one")), ("b", None)]);
+        write_job(d, &model_dir(), "SET embed.tag = 'v1';");
+        let o = pipeline(&["run", "job.sql"], d);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let (out, _) = text(&o);
+        assert!(out.contains("note: 1 rows had a NULL text"), "{out}");
+
+        let o = pipeline(&["run", "job.sql"], d);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("embed.tag 'v1' already marks version 1, the current one: this job is done"), "{out}");
+        assert!(out.contains("nothing new to write"), "{out}");
+
+        write_jsonl(&d.join("docs.jsonl"), &[("a", Some("one")), ("b", None), ("c", Some("three"))]);
+        let o = pipeline(&["run", "job.sql"], d);
+        let (out, err) = text(&o);
+        assert!(!o.status.success(), "{out}");
+        assert!(err.contains("the 1 ids not yet there would make a new version; choose another tag"), "{err}");
+    }
+
+    #[test]
+    fn a_fingerprint_refusal_names_the_ways_on_before_any_resume_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_jsonl(&d.join("docs.jsonl"), &[("a", Some("one"))]);
+        write_job(d, &model_dir(), "");
+        assert!(pipeline(&["run", "job.sql"], d).status.success());
+        write_job(d, &model_dir(), "SET embed.pooling = 'cls';");
+        let o = pipeline(&["run", "job.sql"], d);
+        let (out, err) = text(&o);
+        assert!(!o.status.success());
+        assert!(!out.contains("resuming:"), "{out}");
+        assert!(err.contains("pooling: dataset mean, this run cls"), "{err}");
+        assert!(err.contains("write to a new output") && err.contains("--restart"), "{err}");
+    }
+
+    #[test]
+    fn the_same_model_under_another_directory_name_appends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let moved = d.join("minilm-moved");
+        crate::model::copy_configs(&model_dir(), &moved);
+        std::fs::create_dir_all(moved.join("onnx")).unwrap();
+        std::fs::copy(model_dir().join("onnx/model.onnx"), moved.join("onnx/model.onnx")).unwrap();
+        write_jsonl(&d.join("docs.jsonl"), &[("a", Some("one"))]);
+        write_job(d, &model_dir(), "");
+        assert!(pipeline(&["run", "job.sql"], d).status.success());
+        write_jsonl(&d.join("docs.jsonl"), &[("a", Some("one")), ("b", Some("two"))]);
+        write_job(d, &moved, "");
+        let o = pipeline(&["run", "job.sql"], d);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("wrote 1 rows"), "{out}");
+    }
+}
