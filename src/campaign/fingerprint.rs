@@ -73,6 +73,17 @@ impl Fingerprint {
     pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
         let spec = ModelSpec::load(&options.model)?;
         let settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+        if let Some(positions) = spec.max_positions.filter(|p| settings.max_tokens > *p) {
+            return Err(Error::Option {
+                key: "max_tokens".into(),
+                value: settings.max_tokens.to_string(),
+                message: format!(
+                    "the model {} has position embeddings for {positions} tokens (max_position_embeddings in \
+                     config.json); use at most {positions}",
+                    spec.name()
+                ),
+            });
+        }
         let fingerprint = Self::new(&spec, &settings)?;
         Ok((settings, fingerprint))
     }

@@ -19,6 +19,7 @@ use crate::model::feed::{Feed, InputMemory};
 use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
+use crate::model::probe::{PROBE_FILE, Probe, REFUSE_BELOW, WARN_BELOW};
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
 use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
@@ -159,6 +160,19 @@ impl Embedder {
     /// model's inputs and outputs are ones we can serve.
     pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
+        if let (Some(rows), Some(max_id)) = (spec.vocab_size, tokenizer.max_id())
+            && max_id as usize >= rows
+        {
+            // Found here, not as an ONNX Runtime Gather error on the first text with such a token.
+            return Err(Error::model(
+                &spec.dir,
+                "tokenizer.json",
+                format!(
+                    "gives token ids up to {max_id}, but the model's embedding table has {rows} rows (vocab_size in \
+                     config.json): this tokenizer belongs to another model; put the model's own tokenizer.json beside it"
+                ),
+            ));
+        }
         // Loads the ONNX Runtime library (with a clear error when it is missing) before anything asks
         // ort about it.
         runtime::environment()?;
@@ -277,7 +291,7 @@ impl Embedder {
             info.nodes = Some(nodes);
         }
         let states_output = matches!(output, Output::TokenStates(_));
-        Ok(Self {
+        let embedder = Self {
             spec,
             device: info,
             tokenizer,
@@ -287,7 +301,49 @@ impl Embedder {
             output_f16,
             pooled_in_graph: pooled_in_graph && states_output,
             next_worker: AtomicUsize::new(0),
-        })
+        };
+        embedder.check_probe()?;
+        // The probe's call was the model's, not the caller's.
+        embedder.workers.iter().for_each(|w| w.calls.store(0, Ordering::Relaxed));
+        Ok(embedder)
+    }
+
+    /// Embed the sentences of the model's `probe.json`, if it has one, under the model's own settings,
+    /// and refuse the model when its vectors drift from the reference (see [`probe`](super::probe)).
+    fn check_probe(&self) -> Result<()> {
+        let Some(probe) = Probe::load(&self.spec.dir)? else { return Ok(()) };
+        let settings = CallSettings {
+            order: Order::Length,
+            max_tokens: self.spec.max_seq_length,
+            truncation: TruncationSide::Right,
+            pooling: self.spec.pooling,
+            normalize: self.spec.normalize,
+            batch_tokens: 1 << 20,
+            max_batch_rows: probe.texts.len(),
+            prefix: String::new(),
+        };
+        let texts: Vec<Option<&str>> = probe.texts.iter().map(|t| Some(t.as_str())).collect();
+        let embedded = self.embed_with_progress(&texts, &settings, &|_, _| {}, &|| false)?;
+        let (cosine, text) = probe.worst(&embedded.vectors, self.spec.dim);
+        if cosine < REFUSE_BELOW {
+            return Err(Error::model(
+                &self.spec.dir,
+                "onnx/model.onnx",
+                format!(
+                    "its vectors are not the model's: on \"{text}\" the cosine with the reference in {PROBE_FILE} is \
+                     {cosine:.4} (an intact model gives above {WARN_BELOW}). The weights are damaged or belong to \
+                     another model: reinstall it (scripts/setup for the default model), or delete {PROBE_FILE} if the \
+                     model was changed on purpose"
+                ),
+            ));
+        }
+        if cosine < WARN_BELOW {
+            tracing::warn!(
+                "model {}: on \"{text}\" the cosine with the reference in {PROBE_FILE} is {cosine:.6}, below {WARN_BELOW}",
+                self.spec.dir.display()
+            );
+        }
+        Ok(())
     }
 
     /// Model calls per session so far, as (device, calls), in session order.

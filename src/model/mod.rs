@@ -11,6 +11,7 @@
 //! - `protobuf` (crate-private) reads and writes the few protobuf fields the two modules above need.
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text.
+//! - [`probe`] holds a model's reference vectors, checked when it loads.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
@@ -22,6 +23,7 @@ pub mod onnx_pooling;
 pub mod onnx_weights;
 pub mod placement;
 pub mod pooling;
+pub mod probe;
 pub(crate) mod protobuf;
 pub mod registry;
 pub mod runtime;

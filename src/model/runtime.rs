@@ -104,5 +104,8 @@ fn loaded() -> Result<&'static Loaded> {
     let load_err = |message: String| Error::RuntimeLoad { path: path.clone(), message, wanted: ORT_VERSION };
     let builder = ort::init_from(&path).map_err(|e| load_err(e.to_string()))?;
     let env = builder.with_name("embedding-pipeline").build().map_err(|e| load_err(e.to_string()))?;
+    // NOTE: ONNX Runtime also logs every error it returns, as a raw ANSI-coloured line on stderr; the error
+    // reaches the user through our own message, so only fatal ones are logged.
+    env.set_log_level(ort::logging::LogLevel::Fatal);
     Ok(ENV.get_or_init(|| Loaded { env, path }))
 }

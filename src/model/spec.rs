@@ -28,6 +28,11 @@ pub struct ModelSpec {
     pub dim: usize,
     /// Padding token id (`pad_token_id` in config.json, 0 when absent).
     pub pad_id: u32,
+    /// Rows of the model's token embedding table (`vocab_size` in config.json), when it says.
+    pub vocab_size: Option<usize>,
+    /// Positions the model has embeddings for (`max_position_embeddings` in config.json), when it says:
+    /// the most tokens a text can have.
+    pub max_positions: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -61,6 +66,7 @@ struct HfConfig {
     hidden_size: Option<usize>,
     max_position_embeddings: Option<usize>,
     pad_token_id: Option<u32>,
+    vocab_size: Option<usize>,
 }
 
 impl ModelSpec {
@@ -133,6 +139,8 @@ impl ModelSpec {
             normalize,
             dim: pooling_cfg.word_embedding_dimension,
             pad_id: hf.pad_token_id.unwrap_or(0),
+            vocab_size: hf.vocab_size,
+            max_positions: hf.max_position_embeddings,
         })
     }
 

@@ -74,6 +74,11 @@ impl TextTokenizer {
         Ok(Self { inner, added })
     }
 
+    /// The largest token id this tokenizer can produce, special and added tokens included.
+    pub fn max_id(&self) -> Option<u32> {
+        self.inner.get_vocab(true).into_values().max()
+    }
+
     /// Tokenise a batch of texts in parallel, each cut to at most `max_tokens` tokens.
     pub fn tokenize(&self, texts: &[&str], max_tokens: usize, side: TruncationSide) -> Result<Vec<Tokenized>> {
         let budget = max_tokens.saturating_sub(self.added);

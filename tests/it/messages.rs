@@ -273,3 +273,65 @@ mod reruns {
         assert!(out.contains("wrote 1 rows"), "{out}");
     }
 }
+
+mod model_checks {
+    use crate::common::{model_dir, session, sql};
+
+    #[tokio::test]
+    async fn a_tokenizer_of_another_model_is_refused_at_load_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("mixed");
+        crate::model::copy_configs(&model_dir(), &dir);
+        std::fs::create_dir_all(dir.join("onnx")).unwrap();
+        std::fs::copy(model_dir().join("onnx/model.onnx"), dir.join("onnx/model.onnx")).unwrap();
+        // A tokenizer whose ids run past the 30,522-row embedding table, as a 50k BPE vocabulary's do.
+        let mut tokenizer: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("tokenizer.json")).unwrap()).unwrap();
+        tokenizer["model"]["vocab"]["zyzzyva"] = serde_json::json!(32534);
+        std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+        let err = sql(&session(), &format!("SET embed.model = '{}'; SELECT embed('zyzzyva')", dir.display()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tokenizer.json") && err.contains("gives token ids up to 32534"), "{err}");
+        assert!(err.contains("30522 rows (vocab_size in config.json)") && !err.contains("Gather"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn max_tokens_past_the_models_positions_is_refused_before_embedding() {
+        let s = session();
+        let err = sql(&s, "SET embed.max_tokens = 513; SELECT embed('x')").await.unwrap_err().to_string();
+        assert!(err.contains("embed.max_tokens = '513'") && err.contains("use at most 512"), "{err}");
+        assert!(!err.contains("broadcast"), "{err}");
+        // 512 itself is the model's limit, and works.
+        sql(&s, "SET embed.max_tokens = 512; SELECT embed('x')").await.unwrap();
+    }
+}
+
+mod probe {
+    use crate::common::{model_dir, session, sql};
+
+    #[tokio::test]
+    async fn damaged_weights_are_refused_when_the_model_loads() {
+        assert!(model_dir().join("probe.json").is_file(), "scripts/setup installs the default model's probe.json");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("damaged");
+        crate::model::copy_configs(&model_dir(), &dir);
+        std::fs::copy(model_dir().join("probe.json"), dir.join("probe.json")).unwrap();
+        std::fs::create_dir_all(dir.join("onnx")).unwrap();
+        let mut weights = std::fs::read(model_dir().join("onnx/model.onnx")).unwrap();
+        // 4 KB of flipped bits in the encoder's weights (the file's sha256 is pinned, so this is always the
+        // same place; most such flips move the probe's cosine to 0.991-0.999, this one to 0.887): the file
+        // still loads and runs.
+        let at = weights.len() * 25 / 48;
+        weights[at..at + 4096].iter_mut().for_each(|b| *b = !*b);
+        std::fs::write(dir.join("onnx/model.onnx"), weights).unwrap();
+        let err = sql(&session(), &format!("SET embed.model = '{}'; SELECT embed('x')", dir.display()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("its vectors are not the model's") && err.contains("probe.json"), "{err}");
+        // The intact model passes its own probe.
+        sql(&session(), "SELECT embed('x')").await.unwrap();
+    }
+}
