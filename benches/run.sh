@@ -59,7 +59,7 @@ job() {
 
 # measure JOB -> prints "wall_seconds peak_rss_kb"
 measure() {
-  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" --quiet run "$1" > /dev/null
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" run --quiet "$1" > /dev/null
   cat "$WORK/time"
 }
 

@@ -123,7 +123,7 @@ export LD_LIBRARY_PATH="$(dirname "$ORT_LIB")${CUDA_DIRS:+:$CUDA_DIRS}${LD_LIBRA
 export EMBED_PIPELINE_HOME="$WORK/home"   # nothing installed there: the libraries come from the paths above
 note "CUDA library folders: ${CUDA_DIRS:-none found}"
 command -v nvidia-smi >/dev/null && timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1
-timeout -k 5 60 "$PIPELINE" --ort-lib "$ORT_LIB" devices --json > "$WORK/devices.json" 2>> "$LOG"
+timeout -k 5 60 "$PIPELINE" devices --ort-lib "$ORT_LIB" --json > "$WORK/devices.json" 2>> "$LOG"
 cat "$WORK/devices.json" >> "$LOG"
 HAS_GPU=$(python3 -c "import json; d=json.load(open('$WORK/devices.json')); print(bool(d.get('cuda_provider')) and bool((d.get('nvidia') or {}).get('gpus')))" 2>/dev/null)
 
@@ -138,7 +138,7 @@ CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$CORPUS';
 COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$WORK/$name.lance' STORED AS LANCE;
 SQL
   note "pipeline $name: $device, batch_tokens $budget"
-  limited "$PIPELINE" --ort-lib "$ORT_LIB" run --device "$device" "$WORK/$name.sql" >> "$LOG" 2>&1 \
+  limited "$PIPELINE" run --ort-lib "$ORT_LIB" --device "$device" "$WORK/$name.sql" >> "$LOG" 2>&1 \
     && timeout -k 5 60 "$PIPELINE" inspect "$WORK/$name.lance" --json > "$WORK/$name.inspect.json" 2>> "$LOG" \
     || note "pipeline $name failed (rc $?)"
 }

@@ -7,7 +7,8 @@ CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'examples/data/fortunes.jsonl
 -- A look at three vectors before the campaign.
 SELECT id, embed(text) AS embedding FROM docs LIMIT 3;
 
--- The campaign: one vector per document, keyed by the source id. A rerun appends a new version.
+-- The campaign: one vector per document, keyed by the source id. A rerun embeds only the ids not yet
+-- written (none, once this has finished), so it writes nothing new.
 COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/quickstart.lance' STORED AS LANCE;
 
 -- Read the vectors back and join them to their source rows.

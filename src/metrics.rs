@@ -34,6 +34,8 @@ pub struct RunMetrics {
     embed: Mutex<EmbedStats>,
     device: Mutex<Option<DeviceInfo>>,
     writes: Mutex<Vec<WriteReport>>,
+    /// Writes by DataFusion's own writers (Parquet, CSV, JSON, Arrow files): (target, rows).
+    file_writes: Mutex<Vec<(String, u64)>>,
     /// Counters of embedded rows on their way to a Lance sink, oldest first: (rows, counters) per batch
     /// the write path's `EmbedExec` sent.
     in_transit: Mutex<VecDeque<(u64, EmbedStats)>>,
@@ -96,6 +98,16 @@ impl RunMetrics {
     /// Every write so far, in commit order.
     pub fn writes(&self) -> Vec<WriteReport> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Note a write made by DataFusion's own writer (not a Lance sink).
+    pub fn record_file_write(&self, target: &str, rows: u64) {
+        self.file_writes.lock().unwrap_or_else(|e| e.into_inner()).push((target.to_string(), rows));
+    }
+
+    /// The writes noted by [`Self::record_file_write`], in order.
+    pub fn file_writes(&self) -> Vec<(String, u64)> {
+        self.file_writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Send the counters of a batch of `rows` embedded rows on to the sink that will receive them.

@@ -1,6 +1,8 @@
 //! `embed.*` session options: a DataFusion config extension, set with `SET embed.<key> = …`
 //! and read by the `embed` function when it executes.
 
+use std::path::PathBuf;
+
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigField, ConfigOptions, ExtensionOptions};
 use datafusion::common::extensions_options;
 use datafusion::error::DataFusionError;
@@ -12,7 +14,7 @@ extensions_options! {
     /// Options of an embedding campaign. Every key is settable from SQL as `SET embed.<key> = <value>`.
     pub struct EmbedOptions {
         /// Sentence-transformers model directory (tokenizer.json, modules.json, 1_Pooling/, onnx/model.onnx).
-        pub model: String, default = "models/all-MiniLM-L6-v2".to_string()
+        pub model: String, default = DEFAULT_MODEL.to_string()
         /// Most tokens per text, special tokens included. 0 uses the model's `max_seq_length`.
         pub max_tokens: usize, default = 0
         /// What happens to an over-long text: 'right' cuts its end, 'left' its start, 'error' fails the
@@ -138,6 +140,10 @@ fn unknown_key(key: &str, known: &[ConfigEntry]) -> Error {
     Error::UnknownOption { key: key.to_string(), message: format!("the embed.* options are {all}.{closest}") }
 }
 
+/// `embed.model`'s default: where `scripts/setup` puts the default model in the repository. Outside the
+/// repository, the copy setup also puts in the install home is used (see [`EmbedOptions::model_dir`]).
+pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
+
 /// How rows are grouped into model calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
@@ -220,6 +226,22 @@ impl EmbedOptions {
             "original" => Ok(Order::Original),
             _ => Err(bad("order", &self.order, "use 'length' or 'original'")),
         }
+    }
+
+    /// The model directory to load: `embed.model`, except that the default, when the working directory
+    /// has no `models/all-MiniLM-L6-v2`, is the copy `scripts/setup` installed in the install home
+    /// (`$EMBED_PIPELINE_HOME`, by default `~/.local/share/embedding-pipeline`), so that a job runs from
+    /// any directory.
+    pub fn model_dir(&self) -> PathBuf {
+        let given = PathBuf::from(&self.model);
+        if self.model == DEFAULT_MODEL
+            && !given.is_dir()
+            && let Some(home) = crate::model::runtime::install_home().map(|h| h.join(DEFAULT_MODEL))
+            && home.is_dir()
+        {
+            return home;
+        }
+        given
     }
 
     /// These options with another model directory.

@@ -71,7 +71,7 @@ impl Fingerprint {
 
     /// The settings and fingerprint that `embed.*` options give, resolved against their model.
     pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
-        let spec = ModelSpec::load(&options.model)?;
+        let spec = ModelSpec::load(options.model_dir())?;
         let settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
         if let Some(positions) = spec.max_positions.filter(|p| settings.max_tokens > *p) {
             return Err(Error::Option {

@@ -17,17 +17,25 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "pipeline", version, about)]
 pub struct Cli {
-    /// ONNX Runtime shared library to load (libonnxruntime.so). Without it: ORT_DYLIB_PATH, then
-    /// where scripts/setup installs it.
-    #[arg(long, global = true, value_name = "PATH")]
-    pub ort_lib: Option<PathBuf>,
-
-    /// Print only results and errors.
-    #[arg(long, short, global = true)]
-    pub quiet: bool,
-
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where ONNX Runtime comes from; only the commands that run the model take it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Runtime {
+    /// ONNX Runtime shared library to load (libonnxruntime.so). Without it: ORT_DYLIB_PATH, then
+    /// where scripts/setup installs it.
+    #[arg(long, value_name = "PATH")]
+    pub ort_lib: Option<PathBuf>,
+}
+
+impl Runtime {
+    fn apply(&self) {
+        if let Some(lib) = &self.ort_lib {
+            crate::model::runtime::set_library_path(lib);
+        }
+    }
 }
 
 /// What to do.
@@ -44,6 +52,11 @@ pub enum Command {
         /// replaces the rows (older versions stay readable), instead of resuming.
         #[arg(long)]
         restart: bool,
+        /// Print only results and errors.
+        #[arg(long, short)]
+        quiet: bool,
+        #[command(flatten)]
+        runtime: Runtime,
     },
     /// Show what this machine can run on: the ONNX Runtime build and its providers, the NVIDIA driver
     /// and GPUs (name, compute capability, memory), and the CUDA libraries scripts/setup --gpu installed.
@@ -51,6 +64,8 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
     },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
@@ -111,6 +126,8 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
     },
     /// Embed a sample of a job's corpus one text at a time and again in batches, and report the largest
     /// difference. Exits non-zero above --max-diff.
@@ -132,20 +149,23 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
     },
 }
 
 /// Run the parsed command line.
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
-    if let Some(lib) = &cli.ort_lib {
-        crate::model::runtime::set_library_path(lib);
-    }
     match cli.command {
-        Command::Run { file, restart, device } => {
+        Command::Run { file, restart, device, quiet, runtime } => {
+            runtime.apply();
             stop_on_signals();
-            run::run_file(&file, restart, device, cli.quiet).await
+            run::run_file(&file, restart, device, quiet).await
         }
-        Command::Devices { json } => devices::print(json),
+        Command::Devices { json, runtime } => {
+            runtime.apply();
+            devices::print(json)
+        }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Compare {
             a,
@@ -162,10 +182,12 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
                 crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
             compare::compare(&a, &b, &id_column, &column, thresholds, json).await
         }
-        Command::CompareOrder { file, sample, table, column, json } => {
+        Command::CompareOrder { file, sample, table, column, json, runtime } => {
+            runtime.apply();
             compare_order::compare_order(&file, sample, table.as_deref(), &column, json).await
         }
-        Command::CheckInvariance { file, sample, table, column, max_diff, json } => {
+        Command::CheckInvariance { file, sample, table, column, max_diff, json, runtime } => {
+            runtime.apply();
             invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
         }
     }

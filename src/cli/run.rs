@@ -6,6 +6,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow};
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::logical_expr::LogicalPlan;
 use futures::StreamExt;
 
@@ -120,18 +122,40 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
     let ctx = session.context();
     // Plan first to learn what kind of statement this is; DDL and SET run as they are executed.
     let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await?;
-    let is_write = matches!(plan, LogicalPlan::Copy(_) | LogicalPlan::Dml(_));
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
+    let lance_target = write_target(&plan);
+    // A write into anything but Lance (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
+    // own writer, which answers with a row count.
+    let file_target = match (&plan, &lance_target) {
+        (_, Some(_)) => None,
+        (LogicalPlan::Copy(c), None) => Some(c.output_url.clone()),
+        (LogicalPlan::Dml(d), None) => Some(d.table_name.to_string()),
+        _ => None,
+    };
     let mut todo = None;
-    if let Some(target) = write_target(&plan) {
-        todo = Some(prepare_write(session, &target, quiet).await?);
+    if let Some(target) = &lance_target {
+        todo = Some(prepare_write(session, target, quiet).await?);
     }
     let df = ctx.execute_logical_plan(plan).await?;
     if is_ddl {
         return Ok(());
     }
     let mut stream = df.execute_stream().await?;
-    if is_write {
+    if let Some(target) = file_target {
+        let mut rows = 0u64;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            if let Some(count) = batch.column_by_name("count").and_then(|c| c.as_primitive_opt::<UInt64Type>()) {
+                rows += count.iter().flatten().sum::<u64>();
+            }
+        }
+        session.metrics().record_file_write(&target, rows);
+        if !quiet {
+            println!("wrote {rows} rows to {target}");
+        }
+        return Ok(());
+    }
+    if lance_target.is_some() {
         let progress = (!quiet && std::io::stderr().is_terminal()).then(|| Progress::start(session, todo));
         while let Some(batch) = stream.next().await {
             batch?;
@@ -179,6 +203,12 @@ async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) ->
         }
     }
     let mut out = std::io::stdout().lock();
+    if rows == 0 {
+        // A table of no rows still shows its columns.
+        let header = format_batches(&[RecordBatch::new_empty(stream.schema())])?;
+        writeln!(out, "{header}\n(0 rows)")?;
+        return Ok(());
+    }
     writeln!(out, "{}", format_batches(&shown)?)?;
     if cut {
         writeln!(out, "(showing the first {MAX_SHOWN_ROWS} rows; add a LIMIT, or COPY the result to a file)")?;
@@ -271,10 +301,17 @@ impl Drop for Progress {
 fn print_summary(session: &EmbedSession, wall: f64) {
     let writes = session.metrics().writes();
     let e = session.metrics().embed_stats();
-    let written: u64 = writes.iter().map(|w| w.rows).sum();
+    let files = session.metrics().file_writes();
+    let written: u64 = writes.iter().map(|w| w.rows).sum::<u64>() + files.iter().map(|(_, rows)| rows).sum::<u64>();
     let write_seconds = writes.iter().map(|w| w.record.write_seconds).fold(0.0, |a, b| a + b);
-    let last = writes.last().map(|w| format!(", {} at version {}", w.uri, w.version)).unwrap_or_default();
-    println!("pipeline run: {written} rows written{last}, wall {wall:.1} s");
+    let mut outputs: Vec<String> =
+        writes.last().map(|w| format!("{} at version {}", w.uri, w.version)).into_iter().collect();
+    outputs.extend(files.iter().map(|(target, _)| target.clone()));
+    if outputs.is_empty() {
+        println!("pipeline run: nothing written, wall {wall:.1} s");
+    } else {
+        println!("pipeline run: {written} rows written to {}, wall {wall:.1} s", outputs.join(", "));
+    }
     if e.docs + e.nulls > 0 {
         let efficiency = if e.processed_tokens > 0 { e.useful_tokens as f64 / e.processed_tokens as f64 } else { 0.0 };
         println!(
@@ -302,6 +339,14 @@ fn print_summary(session: &EmbedSession, wall: f64) {
             e.model_time.as_secs_f64(),
             write_seconds
         );
+        let options = EmbedOptions::from_config(session.context().state().config_options());
+        if options.model_dir() != Path::new(&options.model) {
+            println!(
+                "model: {} (the default model as scripts/setup installed it; there is no {} here)",
+                options.model_dir().display(),
+                options.model
+            );
+        }
         if let Some(device) = session.metrics().device() {
             println!("device: {device}");
             if let Some(fallback) = device.nodes.as_ref().filter(|n| !n.fallback_nodes.is_empty()) {

@@ -15,7 +15,7 @@ static MODELS: OnceLock<Mutex<HashMap<Key, Arc<Embedder>>>> = OnceLock::new();
 
 /// The shared embedder for the model and placement that `options` name, loading it on first use.
 pub fn for_options(options: &EmbedOptions) -> Result<Arc<Embedder>> {
-    get_or_load(Path::new(&options.model), options.placement()?)
+    get_or_load(&options.model_dir(), options.placement()?)
 }
 
 /// The shared embedder for a model directory and placement, loading it on first use.

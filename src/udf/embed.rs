@@ -261,7 +261,7 @@ impl ScalarUDFImpl for EmbedDimUdf {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
-        let spec = ModelSpec::load(&options.model)?;
+        let spec = ModelSpec::load(options.model_dir())?;
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(spec.dim as i32))))
     }
 

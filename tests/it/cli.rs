@@ -60,7 +60,7 @@ fn a_missing_job_file_is_named() {
 fn a_missing_onnx_runtime_says_what_to_run() {
     let tmp = tempfile::tempdir().unwrap();
     let file = job(tmp.path(), "SELECT embed('x');");
-    let o = pipeline(&["--ort-lib", "/nonexistent/libonnxruntime.so", "run", &file], tmp.path());
+    let o = pipeline(&["run", "--ort-lib", "/nonexistent/libonnxruntime.so", &file], tmp.path());
     let (_, err) = text(&o);
     assert!(!o.status.success());
     assert!(err.contains("/nonexistent/libonnxruntime.so") && err.contains("scripts/setup"), "{err}");
@@ -110,7 +110,7 @@ fn devices_reports_the_runtime_and_why_there_is_no_gpu() {
     }
 
     // Without a runtime, it says where it looked and exits 0: the report is the point.
-    let o = pipeline(&["--ort-lib", "/nonexistent/libonnxruntime.so", "devices"], tmp.path());
+    let o = pipeline(&["devices", "--ort-lib", "/nonexistent/libonnxruntime.so"], tmp.path());
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(out.contains("ONNX Runtime") && out.contains("/nonexistent/libonnxruntime.so"), "{out}");

@@ -335,3 +335,84 @@ mod probe {
         sql(&session(), "SELECT embed('x')").await.unwrap();
     }
 }
+
+#[test]
+fn writes_to_other_formats_are_reported_and_carry_the_fingerprint() {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let file = job(
+        d,
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';
+COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'x.parquet' STORED AS PARQUET;
+COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'x.arrow' STORED AS ARROW;
+SELECT id FROM docs WHERE id = 'none';",
+    );
+    let o = pipeline(&["run", &file], d);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("wrote 3 rows to x.parquet") && out.contains("wrote 3 rows to x.arrow"), "{out}");
+    assert!(!out.contains("nothing new to write"), "{out}");
+    assert!(out.contains("| id |") && out.contains("(0 rows)") && !out.contains("\n++"), "{out}");
+    assert!(out.contains("pipeline run: 6 rows written to x.parquet, x.arrow"), "{out}");
+
+    let key = "embedding_pipeline.fingerprint";
+    let parquet = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(d.join("x.parquet")).unwrap()).unwrap();
+    let fp = parquet.schema().field_with_name("embedding").unwrap().metadata().get(key).cloned();
+    assert!(fp.as_deref().is_some_and(|f| f.contains("model_sha256")), "Parquet field metadata: {fp:?}");
+    let arrow =
+        datafusion::arrow::ipc::reader::FileReader::try_new(std::fs::File::open(d.join("x.arrow")).unwrap(), None)
+            .unwrap();
+    let fp = arrow.schema().field_with_name("embedding").unwrap().metadata().get(key).cloned();
+    assert!(fp.as_deref().is_some_and(|f| f.contains("model_sha256")), "Arrow field metadata: {fp:?}");
+}
+
+#[test]
+fn a_read_only_job_says_nothing_was_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(tmp.path(), "SELECT 1 AS a;");
+    let (out, _) = text(&pipeline(&["run", &file], tmp.path()));
+    assert!(out.contains("pipeline run: nothing written") && !out.contains("0 rows written"), "{out}");
+}
+
+#[test]
+fn inspect_prints_fingerprint_values_as_typed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = job(
+        tmp.path(),
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';
+COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LANCE;",
+    );
+    assert!(pipeline(&["run", &file], tmp.path()).status.success());
+    let (out, _) = text(&pipeline(&["inspect", "out.lance"], tmp.path()));
+    assert!(out.contains("  model: all-MiniLM-L6-v2\n") && out.contains("  pooling: mean\n"), "{out}");
+    assert!(out.contains("  prefix: (empty)\n") && !out.contains('"'), "{out}");
+}
+
+#[test]
+fn options_are_offered_only_where_they_do_something() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (help, _) = text(&pipeline(&["inspect", "--help"], tmp.path()));
+    assert!(!help.contains("--ort-lib") && !help.contains("--quiet"), "{help}");
+    let (help, _) = text(&pipeline(&["run", "--help"], tmp.path()));
+    assert!(help.contains("--ort-lib") && help.contains("--quiet"), "{help}");
+    let o = pipeline(&["compare", "a", "b", "-q"], tmp.path());
+    assert_eq!(o.status.code(), Some(2), "clap refuses an argument a command does not take");
+}
+
+#[test]
+fn the_default_model_is_found_outside_the_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::common::write_jsonl(&tmp.path().join("docs.jsonl"), &[("a", Some("one"))]);
+    // The README's job, without SET embed.model, run from a directory that has no models/.
+    std::fs::write(
+        tmp.path().join("job.sql"),
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+    )
+    .unwrap();
+    let o = pipeline(&["run", "job.sql"], tmp.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("/models/all-MiniLM-L6-v2 (the default model as scripts/setup installed it"), "{out}");
+}
