@@ -6,6 +6,7 @@
 //! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
 //! - [`plan`]: the length-ordering stage ahead of `embed()` in the physical plan.
 //! - [`lance`]: Lance tables (`STORED AS LANCE`) and the streaming Lance sink behind `COPY … STORED AS LANCE`.
+//! - [`sources`]: JSON lines folders (`.jsonl`, `.ndjson`) as `STORED AS JSON` tables.
 //! - [`session`]: a DataFusion session with all of the above registered.
 //! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
 //! - [`cli`]: the `pipeline` command.
@@ -20,6 +21,7 @@ pub mod options;
 pub mod plan;
 pub mod script;
 pub mod session;
+pub mod sources;
 pub mod udf;
 
 pub use error::{Error, Result};

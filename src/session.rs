@@ -12,6 +12,7 @@ use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
 use crate::options::{EmbedConfig, EmbedOptions};
 use crate::plan::EmbedWriteRule;
+use crate::sources::JsonTableFactory;
 use crate::udf::embed_udfs;
 
 /// A SQL session for embedding campaigns, and what it has done so far.
@@ -36,6 +37,7 @@ impl EmbedSession {
             .with_config(config)
             .with_default_features()
             .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(&metrics))))
+            .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))
             .with_physical_optimizer_rule(Arc::new(EmbedWriteRule::new(Arc::clone(&metrics))))
             .build();
         state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;

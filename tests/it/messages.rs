@@ -416,3 +416,47 @@ fn the_default_model_is_found_outside_the_repository() {
     assert!(o.status.success(), "{out}{err}");
     assert!(out.contains("/models/all-MiniLM-L6-v2 (the default model as scripts/setup installed it"), "{out}");
 }
+
+#[tokio::test]
+async fn json_lines_folders_of_any_usual_extension_are_read() {
+    use crate::common::{scalar_i64, session, sql, write_jsonl};
+    let tmp = tempfile::tempdir().unwrap();
+    let (jsonl, ndjson, mixed) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("c"));
+    for d in [&jsonl, &ndjson, &mixed] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    write_jsonl(&jsonl.join("part-1.jsonl"), &[("a", Some("one")), ("b", Some("two"))]);
+    write_jsonl(&jsonl.join("part-2.jsonl"), &[("c", Some("three"))]);
+    write_jsonl(&ndjson.join("part-1.ndjson"), &[("d", Some("four"))]);
+    write_jsonl(&mixed.join("x.json"), &[("e", Some("five"))]);
+    write_jsonl(&mixed.join("y.jsonl"), &[("f", Some("six")), ("g", Some("seven"))]);
+    let s = session();
+    let count = |table: &str, create: String| {
+        let s = s.clone();
+        let table = table.to_string();
+        async move {
+            sql(&s, &create).await?;
+            sql(&s, &format!("SELECT count(*) FROM {table}")).await.map(|b| scalar_i64(&b))
+        }
+    };
+    let at = |d: &std::path::Path| format!("{}/", d.display());
+    let n = count("t1", format!("CREATE EXTERNAL TABLE t1 STORED AS JSON LOCATION '{}'", at(&jsonl))).await.unwrap();
+    assert_eq!(n, 3);
+    let n = count("t2", format!("CREATE EXTERNAL TABLE t2 STORED AS JSON LOCATION '{}'", at(&ndjson))).await.unwrap();
+    assert_eq!(n, 1);
+    let err = count("t3", format!("CREATE EXTERNAL TABLE t3 STORED AS JSON LOCATION '{}'", at(&mixed)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("holds .json and .jsonl files") && err.contains("format.file_extension"), "{err}");
+    let n = count(
+        "t4",
+        format!(
+            "CREATE EXTERNAL TABLE t4 STORED AS JSON LOCATION '{}' OPTIONS ('format.file_extension' '.jsonl')",
+            at(&mixed)
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n, 2);
+}
