@@ -31,6 +31,9 @@ pub struct RunMetrics {
     /// Texts and useful tokens done so far, updated after every model call (for progress display).
     live_docs: std::sync::atomic::AtomicU64,
     live_tokens: std::sync::atomic::AtomicU64,
+    /// Rows and tokens the ordering stage has counted so far (for progress display).
+    counted_rows: std::sync::atomic::AtomicU64,
+    counted_tokens: std::sync::atomic::AtomicU64,
     embed: Mutex<EmbedStats>,
     device: Mutex<Option<DeviceInfo>>,
     writes: Mutex<Vec<WriteReport>>,
@@ -59,6 +62,19 @@ impl RunMetrics {
         use std::sync::atomic::Ordering::Relaxed;
         self.live_docs.fetch_add(docs, Relaxed);
         self.live_tokens.fetch_add(useful_tokens, Relaxed);
+    }
+
+    /// Note rows whose tokens the ordering stage has counted, before they are embedded.
+    pub fn record_counted(&self, rows: u64, tokens: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.counted_rows.fetch_add(rows, Relaxed);
+        self.counted_tokens.fetch_add(tokens, Relaxed);
+    }
+
+    /// Rows and tokens counted by the ordering stage so far.
+    pub fn counted(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.counted_rows.load(Relaxed), self.counted_tokens.load(Relaxed))
     }
 
     /// Texts and useful tokens done so far, finer-grained than [`RunMetrics::embed_stats`].

@@ -37,7 +37,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
-use crate::metrics::{batch_bytes, compact_views};
+use crate::metrics::{RunMetrics, batch_bytes, compact_views};
 use crate::model::batching::plan_batches;
 use crate::model::{Embedder, registry};
 use crate::options::{CallSettings, EmbedOptions};
@@ -51,6 +51,8 @@ pub struct LengthOrderExec {
     options: EmbedOptions,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// The run's counters, told each batch's token count (for the progress display).
+    run: Option<Arc<RunMetrics>>,
 }
 
 impl LengthOrderExec {
@@ -62,7 +64,13 @@ impl LengthOrderExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(Self { input, text, options, properties, metrics: ExecutionPlanMetricsSet::new() })
+        Ok(Self { input, text, options, properties, metrics: ExecutionPlanMetricsSet::new(), run: None })
+    }
+
+    /// Tell `run` the token counts as they are made.
+    pub fn with_run_metrics(mut self, run: Option<Arc<RunMetrics>>) -> Self {
+        self.run = run;
+        self
     }
 }
 
@@ -95,7 +103,9 @@ impl ExecutionPlan for LengthOrderExec {
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let input =
             children.into_iter().next().ok_or_else(|| exec_datafusion_err!("LengthOrderExec needs one child"))?;
-        Ok(Arc::new(Self::try_new(input, Arc::clone(&self.text), self.options.clone())?))
+        Ok(Arc::new(
+            Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone()),
+        ))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -107,6 +117,7 @@ impl ExecutionPlan for LengthOrderExec {
         let input = self.input.execute(partition, Arc::clone(&context))?;
         let (settings, _) = Fingerprint::for_options(&self.options)?;
         let job = Job {
+            run: self.run.clone(),
             text: Arc::clone(&self.text),
             options: self.options.clone(),
             settings,
@@ -129,6 +140,7 @@ const SPILL_BATCH_ROWS: usize = 1024;
 
 /// One partition's work.
 struct Job {
+    run: Option<Arc<RunMetrics>>,
     text: Arc<dyn PhysicalExpr>,
     options: EmbedOptions,
     settings: CallSettings,
@@ -174,6 +186,9 @@ impl Job {
                 continue;
             }
             let lengths = self.lengths(&embedder, &batch).await?;
+            if let Some(run) = &self.run {
+                run.record_counted(lengths.len() as u64, lengths.iter().map(|n| *n as u64).sum());
+            }
             buffer.bytes += batch_bytes(&batch);
             buffer.lengths.extend(lengths);
             buffer.batches.push(batch);

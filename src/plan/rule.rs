@@ -62,7 +62,8 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
                 input = Arc::new(CoalescePartitionsExec::new(input));
             }
             if by_length && let Some(Some(text)) = texts.into_iter().next() {
-                input = Arc::new(LengthOrderExec::try_new(input, text, options.clone())?);
+                input =
+                    Arc::new(LengthOrderExec::try_new(input, text, options.clone())?.with_run_metrics(metrics.clone()));
             }
             let embed = EmbedExec::try_new(
                 input,
