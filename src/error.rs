@@ -66,12 +66,10 @@ pub enum Error {
     Lance { uri: String, message: String },
 }
 
+/// A model directory as every message names it: its absolute path (a relative `embed.model` resolves against
+/// the working directory), and the file within it.
 fn model_location(dir: &std::path::Path, file: &str) -> String {
-    let mut at = dir.display().to_string();
-    if dir.is_relative() {
-        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
-        at = format!("{at} (relative to the working directory {cwd})");
-    }
+    let at = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display().to_string();
     if file.is_empty() { at } else { format!("{at}, file {file}") }
 }
 

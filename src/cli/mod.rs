@@ -7,6 +7,7 @@ pub mod display;
 pub mod inspect;
 pub mod invariance;
 pub mod job;
+pub mod json_lines;
 pub mod run;
 
 use std::path::PathBuf;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, anyhow};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use futures::StreamExt;
 
 use super::display::format_batches;
@@ -56,17 +56,25 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         eprintln!("note: other pipeline runs share this machine (pid {list}); the summary says how to share its cores");
     }
     let started = Instant::now();
+    let mut json_sources = Vec::new();
     for stmt in &statements {
         if interrupt::stop_requested() {
             return Err(anyhow!("{}: stopped before statement {} (line {})", file.display(), stmt.index, stmt.line));
         }
-        run_statement(&session, stmt, quiet).await.map_err(|e| {
+        run_statement(&session, stmt, quiet, &mut json_sources).await.map_err(|e| {
+            let chain = super::error_chain(&e);
+            // Arrow's JSON errors say what, not where: find the line.
+            let located = chain
+                .contains("Json error")
+                .then(|| json_sources.iter().rev().find_map(|l| super::json_lines::first_bad_line(l)))
+                .flatten()
+                .map(|(f, line, why)| format!("\n  {} line {line}: {why}", f.display()))
+                .unwrap_or_default();
             anyhow!(
-                "{}: statement {} (line {}) failed: {}\n  {}",
+                "{}: statement {} (line {}) failed: {chain}{located}\n  {}",
                 file.display(),
                 stmt.index,
                 stmt.line,
-                super::error_chain(&e),
                 stmt.sql.lines().next().unwrap_or_default()
             )
         })?;
@@ -117,12 +125,23 @@ fn sharing_advice(others: &[u32], threads_chosen: bool) -> String {
     }
 }
 
-async fn run_statement(session: &EmbedSession, stmt: &Statement, quiet: bool) -> anyhow::Result<()> {
+/// Run one statement. `json_sources` collects the locations of the JSON tables the job creates.
+async fn run_statement(
+    session: &EmbedSession,
+    stmt: &Statement,
+    quiet: bool,
+    json_sources: &mut Vec<String>,
+) -> anyhow::Result<()> {
     let writes_before = session.metrics().writes().len();
     let ctx = session.context();
     // Plan first to learn what kind of statement this is; DDL and SET run as they are executed.
     let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await?;
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
+    if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
+        && c.file_type.eq_ignore_ascii_case("json")
+    {
+        json_sources.push(c.location.clone());
+    }
     let lance_target = write_target(&plan);
     // A write into anything but Lance (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
     // own writer, which answers with a row count.

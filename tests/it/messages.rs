@@ -460,3 +460,28 @@ async fn json_lines_folders_of_any_usual_extension_are_read() {
     .unwrap();
     assert_eq!(n, 2);
 }
+
+#[test]
+fn json_errors_name_the_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let good: String = (0..50).map(|i| format!("{{\"id\": \"{i}\", \"text\": \"t{i}\"}}\n")).collect();
+    std::fs::write(d.join("bad.jsonl"), format!("{good}{{\"id\": \"x\", \"text\": \"y\"\n")).unwrap();
+    let file = job(d, "CREATE EXTERNAL TABLE b STORED AS JSON LOCATION 'bad.jsonl';\nSELECT count(*) FROM b;");
+    let (_, err) = text(&pipeline(&["run", &file], d));
+    assert!(err.contains("bad.jsonl line 51: not valid JSON"), "{err}");
+    let mut bytes = good.into_bytes();
+    bytes.extend(b"{\"id\": \"x\", \"text\": \"\xff\xfe\"}\n");
+    std::fs::write(d.join("bad.jsonl"), bytes).unwrap();
+    let (_, err) = text(&pipeline(&["run", &file], d));
+    assert!(err.contains("bad.jsonl line 51: not valid UTF-8"), "{err}");
+}
+
+#[test]
+fn a_missing_model_is_named_by_its_absolute_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("job.sql"), "SET embed.model = 'nomodel/here';\nSELECT embed('x');\n").unwrap();
+    let (_, err) = text(&pipeline(&["run", "job.sql"], tmp.path()));
+    let abs = tmp.path().join("nomodel/here").display().to_string();
+    assert!(err.contains(&format!("model {abs}: model directory not found")), "{err}");
+}
