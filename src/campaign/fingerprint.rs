@@ -113,16 +113,29 @@ impl Fingerprint {
         }
         let (a, b) = (serde_json::to_value(&this).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
-        let text = |v: &serde_json::Value| match v.as_str() {
-            None => v.to_string(),
-            Some("") => "(empty)".into(),
-            Some(s) if s.trim() != s => format!("'{s}'"),
-            Some(s) => s.to_string(),
-        };
         a.iter()
             .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| (k.clone(), text(v), b.get(k).map(text).unwrap_or_default()))
+            .map(|(k, v)| (k.clone(), plain_value(v), b.get(k).map(plain_value).unwrap_or_default()))
             .collect()
+    }
+
+    /// Each field and its value as [`plain_value`] writes it, in field order.
+    pub fn fields(&self) -> Vec<(String, String)> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map.iter().map(|(k, v)| (k.clone(), plain_value(v))).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A fingerprint value as a person reads it: text as typed (not a JSON string in quotes), `(empty)` for an
+/// empty one, and quotes only around text with leading or trailing blanks, which would not show otherwise.
+pub fn plain_value(v: &serde_json::Value) -> String {
+    match v.as_str() {
+        None => v.to_string(),
+        Some("") => "(empty)".into(),
+        Some(s) if s.trim() != s => format!("'{s}'"),
+        Some(s) => s.to_string(),
     }
 }
 

@@ -127,17 +127,8 @@ impl DatasetReport {
         match &self.fingerprint {
             Some(fp) => {
                 out += "fingerprint\n";
-                if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(fp) {
-                    for (k, v) in map {
-                        // Plain values, as typed: `model: all-MiniLM-L6-v2`, not a JSON string in quotes.
-                        let v = match v {
-                            serde_json::Value::String(s) if s.is_empty() => "(empty)".to_string(),
-                            serde_json::Value::String(s) if s.trim() != s => format!("'{s}'"),
-                            serde_json::Value::String(s) => s,
-                            v => v.to_string(),
-                        };
-                        out += &format!("  {k}: {v}\n");
-                    }
+                for (k, v) in fp.fields() {
+                    out += &format!("  {k}: {v}\n");
                 }
             }
             None => out += "fingerprint: none (not written by embed())\n",
