@@ -21,8 +21,8 @@ use std::fmt;
 use std::fs::File;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take_record_batch};
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use datafusion::arrow::ipc::reader::FileReader;
 use datafusion::arrow::ipc::writer::FileWriter;
@@ -230,7 +230,7 @@ impl Job {
     fn sorted(&self, buffer: Buffer) -> Result<Option<(RecordBatch, Vec<u32>)>> {
         let Some((all, order)) = longest_first(&buffer)? else { return Ok(None) };
         let lengths = order.iter().map(|&i| buffer.lengths[i as usize]).collect();
-        Ok(Some((take_record_batch(&all, &UInt32Array::from(order))?, lengths)))
+        Ok(Some((take_rows(&all, &UInt32Array::from(order))?, lengths)))
     }
 
     async fn emit_sorted(&self, buffer: Buffer, tx: &Sender) -> Result<()> {
@@ -249,7 +249,7 @@ impl Job {
         for call in plan_batches(lengths, self.settings.batch_tokens, self.settings.max_batch_rows) {
             let rows = UInt32Array::from(order[at..at + call.rows.len()].to_vec());
             at += call.rows.len();
-            if tx.send(compact_views(take_record_batch(batch, &rows)?)).await.is_err() {
+            if tx.send(compact_views(take_rows(batch, &rows)?)).await.is_err() {
                 return Ok(false);
             }
         }
@@ -364,6 +364,14 @@ impl Cursor {
         let b = self.batch.as_ref()?;
         (self.row < b.num_rows()).then(|| b.column(b.num_columns() - 1).as_primitive::<UInt32Type>().value(self.row))
     }
+}
+
+/// `batch`'s rows at `indices`. Unlike arrow's `take_record_batch`, also for a batch without columns (a
+/// query of constants, `SELECT 'a' AS id, embed('x')`, reaches the ordering stage as rows of no columns).
+fn take_rows(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch> {
+    let columns = batch.columns().iter().map(|c| take(c, indices, None)).collect::<Result<Vec<_>, _>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(indices.len()));
+    Ok(RecordBatch::try_new_with_options(batch.schema(), columns, &options)?)
 }
 
 fn with_length_column(batch: &RecordBatch, lengths: Vec<u32>) -> Result<RecordBatch> {

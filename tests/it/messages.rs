@@ -485,3 +485,18 @@ fn a_missing_model_is_named_by_its_absolute_path() {
     let abs = tmp.path().join("nomodel/here").display().to_string();
     assert!(err.contains(&format!("model {abs}: model directory not found")), "{err}");
 }
+
+#[tokio::test]
+async fn a_write_of_constants_alone_is_embedded() {
+    // No FROM: the ordering stage sees rows without columns, which arrow's take refused ("must either
+    // specify a row count or at least one column").
+    use crate::common::{scalar_i64, session, sql};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("c.lance").display().to_string();
+    let s = session();
+    sql(&s, &format!("COPY (SELECT 'a' AS id, embed('x') AS embedding) TO '{out}' STORED AS LANCE")).await.unwrap();
+    let n = sql(&s, &format!("CREATE EXTERNAL TABLE c STORED AS LANCE LOCATION '{out}'; SELECT count(*) FROM c"))
+        .await
+        .unwrap();
+    assert_eq!(scalar_i64(&n), 1);
+}
