@@ -8,7 +8,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::campaign::RunRecord;
-use crate::model::{DeviceInfo, EmbedStats};
+use crate::campaign::{DeviceInfo, EmbedStats};
 
 /// One finished write into a Lance dataset.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@ use datafusion::common::extensions_options;
 use datafusion::error::DataFusionError;
 
 use crate::error::{Error, Result};
-use crate::model::{Device, Placement, Pooling, TruncationSide};
+use crate::model::{CallSettings, Device, Embedder, Order, Placement, Pooling, TruncationSide, registry};
 
 extensions_options! {
     /// Options of an embedding campaign. Every key is settable from SQL as `SET embed.<key> = <value>`.
@@ -42,10 +42,10 @@ extensions_options! {
         /// 'length' orders rows by token count ahead of embed() (less padding); 'original' keeps the input
         /// order in fixed batches of 32 rows, as a baseline.
         pub order: String, default = "length".to_string()
-        /// Rows ordered together. 0 orders the whole input, spilling to disk beyond embed.order_memory.
+        /// Rows ordered together (fewer when they reach 64 MiB or the session's memory limit). 0 orders
+        /// the whole input with DataFusion's sort, which spills to disk beyond datafusion.runtime.memory_limit.
         pub order_window: usize, default = 65_536
-        /// Bytes of rows the ordering holds: a window is ordered and passed on early when its rows reach
-        /// this, and the whole-input ordering (order_window = 0) spills a sorted run.
+        /// Deprecated, and ignored: the ordering's memory is the session's, `datafusion.runtime.memory_limit`.
         pub order_memory: usize, default = 64 * 1024 * 1024
         /// Most padded tokens (rows x padded length) in one model call.
         pub batch_tokens: usize, default = 2048
@@ -97,6 +97,9 @@ impl ExtensionOptions for EmbedConfig {
         let mut next = self.0.clone();
         ConfigField::set(&mut next, key, &value).map_err(|_| external(bad(key, &value, expected(default))))?;
         next.check(key).map_err(external)?;
+        if key == "order_memory" {
+            tracing::warn!("{ORDER_MEMORY_DEPRECATED}");
+        }
         self.0 = next;
         Ok(())
     }
@@ -140,34 +143,14 @@ fn unknown_key(key: &str, known: &[ConfigEntry]) -> Error {
     Error::UnknownOption { key: key.to_string(), message: format!("the embed.* options are {all}.{closest}") }
 }
 
+/// What `SET embed.order_memory` is told.
+pub const ORDER_MEMORY_DEPRECATED: &str = "embed.order_memory is deprecated and has no effect: the ordering holds \
+     its rows against the session's memory pool. Use SET datafusion.runtime.memory_limit = '4G' (for example): \
+     embed.order_window = 0 then spills its sort to disk beyond it, and a window is passed on early at it";
+
 /// `embed.model`'s default: where `scripts/setup` puts the default model in the repository. Outside the
 /// repository, the copy setup also puts in the install home is used (see [`EmbedOptions::model_dir`]).
 pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
-
-/// How rows are grouped into model calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// Longest first, with token-budget batches.
-    Length,
-    /// Input order, in fixed batches of [`ORIGINAL_BATCH_ROWS`] rows (the baseline).
-    Original,
-}
-
-/// Rows per model call in the 'original' order: sentence-transformers' default batch size.
-pub const ORIGINAL_BATCH_ROWS: usize = 32;
-
-/// The options that shape each model call, resolved against the model's own configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallSettings {
-    pub order: Order,
-    pub max_tokens: usize,
-    pub truncation: TruncationSide,
-    pub pooling: Pooling,
-    pub normalize: bool,
-    pub batch_tokens: usize,
-    pub max_batch_rows: usize,
-    pub prefix: String,
-}
 
 impl EmbedOptions {
     /// The `embed.*` options of a session's configuration (the defaults when it has none).
@@ -315,6 +298,11 @@ impl EmbedOptions {
             intra_threads: self.resolved_intra_threads(),
             allow_cpu_fallback: self.allow_cpu_fallback,
         })
+    }
+
+    /// The process's shared embedder for the model and placement these options name, loaded on first use.
+    pub fn embedder(&self) -> Result<std::sync::Arc<Embedder>> {
+        registry::get_or_load(&self.model_dir(), self.placement()?)
     }
 }
 

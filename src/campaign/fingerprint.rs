@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::model::CallSettings;
 use crate::model::ModelSpec;
 use crate::model::onnx_weights::weight_types;
-use crate::options::{CallSettings, EmbedOptions};
+use crate::options::EmbedOptions;
 
 /// Metadata key of the fingerprint, in field metadata and in Lance schema metadata.
 pub const FINGERPRINT_KEY: &str = "embedding_pipeline.fingerprint";

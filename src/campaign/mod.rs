@@ -11,4 +11,4 @@ pub mod interrupt;
 pub mod record;
 
 pub use fingerprint::{FINGERPRINT_KEY, Fingerprint};
-pub use record::{RUN_RECORD_KEY, RunRecord};
+pub use record::{DeviceInfo, EmbedStats, RUN_RECORD_KEY, RunRecord};

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{DeviceInfo, EmbedStats};
+/// The record's parts as the model reports them: a write's counters and where it ran. The sink and the
+/// metrics take them from here, where records live, not from the model.
+pub use crate::model::{DeviceInfo, EmbedStats};
 
 /// Transaction-property key of the run record.
 pub const RUN_RECORD_KEY: &str = "embedding_pipeline.run";

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::campaign::Fingerprint;
 use crate::lance::compare::cosine_and_max_diff;
-use crate::model::{TextEmbedder, registry};
+use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
 /// What the check found.
@@ -54,7 +54,7 @@ pub async fn check(
 
     let options = EmbedOptions::from_config(ctx.state().config_options());
     let (settings, _) = Fingerprint::for_options(&options)?;
-    let embedder = registry::for_options(&options)?;
+    let embedder = options.embedder()?;
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<InvarianceReport> {
         let all: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         let batched = embedder.embed(&all, &settings)?;

@@ -29,7 +29,7 @@ use futures::StreamExt;
 use lance::Dataset;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
-use crate::campaign::{FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
+use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::options::EmbedOptions;
@@ -132,7 +132,7 @@ pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&F
 }
 
 /// The device in the run record of the dataset's latest version written by this tool.
-async fn latest_device(ds: &Dataset) -> Option<crate::model::DeviceInfo> {
+async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
     let transaction = ds.read_transaction().await.ok()??;
     let json = transaction.transaction_properties?.get(RUN_RECORD_KEY)?.clone();
     serde_json::from_str::<RunRecord>(&json).ok()?.device
@@ -271,11 +271,11 @@ struct Held {
     batches: Vec<RecordBatch>,
     rows: usize,
     bytes: usize,
-    stats: crate::model::EmbedStats,
+    stats: EmbedStats,
 }
 
 impl Held {
-    fn add(&mut self, batch: RecordBatch, stats: &crate::model::EmbedStats) {
+    fn add(&mut self, batch: RecordBatch, stats: &EmbedStats) {
         self.stats.add(stats);
         if batch.num_rows() > 0 {
             self.rows += batch.num_rows();
@@ -290,7 +290,7 @@ struct Committer<'a> {
     sink: &'a LanceSink,
     schema: SchemaRef,
     mode: WriteMode,
-    previous_device: Option<crate::model::DeviceInfo>,
+    previous_device: Option<DeviceInfo>,
     /// When the last commit (or the write) began: the time the next commit's record covers.
     since: Instant,
     /// Rows committed so far by this write.

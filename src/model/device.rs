@@ -223,7 +223,13 @@ mod tests {
         assert_eq!(cuda.input_memory, "", "records written before input_memory was kept");
         assert_eq!(
             cuda.gpus[0],
-            GpuInfo { index: 0, name: "NVIDIA A40".into(), compute_capability: "8.6".into(), memory_mib: 45634 }
+            GpuInfo {
+                index: 0,
+                name: "NVIDIA A40".into(),
+                compute_capability: "8.6".into(),
+                memory_mib: 45634,
+                memory_free_mib: None
+            }
         );
         assert!(!info.to_string().contains("inputs in"), "{info}");
         assert!(!serde_json::to_string(&info).unwrap().contains("input_memory"), "an empty field is not written");

@@ -20,9 +20,9 @@ use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
 use crate::model::probe::{PROBE_FILE, Probe, REFUSE_BELOW, WARN_BELOW};
+use crate::model::settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
-use crate::options::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]

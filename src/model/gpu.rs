@@ -1,8 +1,12 @@
 //! What NVIDIA GPUs this machine has, asked of the driver itself: the CUDA driver API (`libcuda.so.1`)
-//! for each GPU's name, compute capability and memory, NVML (`libnvidia-ml.so.1`) for the driver's
-//! version string, and the CUDA runtime and cuDNN libraries that ONNX Runtime's CUDA provider loaded for
-//! their versions. All are opened at run time, so a machine without a GPU builds and runs the same
-//! binary and gets a clear error here.
+//! for each GPU's name, compute capability and memory, NVML (`libnvidia-ml.so.1`, through `nvml-wrapper`)
+//! for the driver's version string, and the CUDA runtime and cuDNN libraries that ONNX Runtime's CUDA
+//! provider loaded for their versions. All are opened at run time, so a machine without a GPU builds and
+//! runs the same binary and gets a clear error here.
+//!
+//! Every per-GPU fact but one comes from CUDA, keyed by the CUDA ordinal (after `CUDA_VISIBLE_DEVICES`,
+//! MIG instances included). The one NVML adds, the memory free now, is matched to the CUDA device by its
+//! PCI location, since NVML numbers every GPU in PCI order and CUDA its visible ones fastest first.
 
 use std::ffi::{CStr, c_char, c_int, c_uint};
 
@@ -19,12 +23,19 @@ pub struct GpuInfo {
     pub compute_capability: String,
     /// Total memory, MiB.
     pub memory_mib: u64,
+    /// Memory free when asked, MiB (from NVML; absent without NVML, or for a MIG instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_free_mib: Option<u64>,
 }
 
 impl std::fmt::Display for GpuInfo {
     /// `cuda:0: NVIDIA A40 (compute 8.6, 45634 MiB)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cuda:{}: {} (compute {}, {} MiB)", self.index, self.name, self.compute_capability, self.memory_mib)
+        write!(f, "cuda:{}: {} (compute {}, {} MiB", self.index, self.name, self.compute_capability, self.memory_mib)?;
+        match self.memory_free_mib {
+            Some(free) => write!(f, ", {free} MiB free)"),
+            None => write!(f, ")"),
+        }
     }
 }
 
@@ -41,12 +52,26 @@ pub struct GpuSystem {
 
 type CuResult = c_int;
 
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` / `_MINOR` and `_PCI_DOMAIN_ID` / `_PCI_BUS_ID` /
+/// `_PCI_DEVICE_ID` of cuda.h.
+const CC_MAJOR: c_int = 75;
+const CC_MINOR: c_int = 76;
+const PCI_ATTRIBUTES: [c_int; 3] = [50, 33, 34];
+
+/// A function of libcuda as a typed pointer.
+///
+/// # Safety
+/// `T` must be the function's true signature (from cuda.h), and `lib` must stay loaded while it is used.
+unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    unsafe { lib.get::<T>(name) }.map(|f| *f).map_err(|e| format!("libcuda.so.1 lacks a function: {e}"))
+}
+
 /// Ask the CUDA driver. The error says what is missing: the driver library, or a usable GPU.
 pub fn probe() -> Result<GpuSystem, String> {
-    // SAFETY: the signatures below are those of cuda.h (CUDA driver API, stable since CUDA 4) and
-    // nvml.h; every out-pointer points at a live local of the declared type, and name buffers are
-    // passed with their true length. The libraries stay loaded for the life of the process, since CUDA
-    // state must not be unloaded under ONNX Runtime.
+    // SAFETY: the signatures below are those of cuda.h (CUDA driver API, stable since CUDA 4); every
+    // out-pointer points at a live local of the declared type, and name buffers are passed with their
+    // true length. libcuda stays loaded for the life of the process, since CUDA state must not be
+    // unloaded under ONNX Runtime.
     unsafe {
         let cuda = std::mem::ManuallyDrop::new(libloading::Library::new("libcuda.so.1").map_err(|e| {
             let e = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string());
@@ -55,22 +80,15 @@ pub fn probe() -> Result<GpuSystem, String> {
                  installed; run on the CPU with embed.device = 'cpu'"
             )
         })?);
-        let sym = |name: &[u8]| -> Result<*const (), String> {
-            cuda.get::<*const ()>(name).map(|s| *s).map_err(|e| format!("libcuda.so.1 lacks a function: {e}"))
-        };
-        let cu_init: unsafe extern "C" fn(c_uint) -> CuResult = std::mem::transmute(sym(b"cuInit\0")?);
-        let driver_version: unsafe extern "C" fn(*mut c_int) -> CuResult =
-            std::mem::transmute(sym(b"cuDriverGetVersion\0")?);
-        let count: unsafe extern "C" fn(*mut c_int) -> CuResult = std::mem::transmute(sym(b"cuDeviceGetCount\0")?);
-        let get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult = std::mem::transmute(sym(b"cuDeviceGet\0")?);
-        let get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult =
-            std::mem::transmute(sym(b"cuDeviceGetName\0")?);
-        let total_mem: unsafe extern "C" fn(*mut usize, c_int) -> CuResult =
-            std::mem::transmute(sym(b"cuDeviceTotalMem_v2\0")?);
-        let attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult =
-            std::mem::transmute(sym(b"cuDeviceGetAttribute\0")?);
+        let cu_init: unsafe extern "C" fn(c_uint) -> CuResult = sym(&cuda, "cuInit")?;
+        let driver_version: unsafe extern "C" fn(*mut c_int) -> CuResult = sym(&cuda, "cuDriverGetVersion")?;
+        let count: unsafe extern "C" fn(*mut c_int) -> CuResult = sym(&cuda, "cuDeviceGetCount")?;
+        let get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult = sym(&cuda, "cuDeviceGet")?;
+        let get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult = sym(&cuda, "cuDeviceGetName")?;
+        let total_mem: unsafe extern "C" fn(*mut usize, c_int) -> CuResult = sym(&cuda, "cuDeviceTotalMem_v2")?;
+        let attribute: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult = sym(&cuda, "cuDeviceGetAttribute")?;
         let error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult =
-            std::mem::transmute(sym(b"cuGetErrorString\0")?);
+            sym(&cuda, "cuGetErrorString")?;
         let check = |what: &str, code: CuResult| -> Result<(), String> {
             if code == 0 {
                 return Ok(());
@@ -89,6 +107,7 @@ pub fn probe() -> Result<GpuSystem, String> {
         check("cuDriverGetVersion", driver_version(&mut version))?;
         let mut n = 0;
         check("cuDeviceGetCount", count(&mut n))?;
+        let nvml = nvml_wrapper::Nvml::init().ok();
         let mut gpus = Vec::with_capacity(n.max(0) as usize);
         for index in 0..n {
             let mut device = 0;
@@ -98,18 +117,27 @@ pub fn probe() -> Result<GpuSystem, String> {
             let mut bytes = 0usize;
             check("cuDeviceTotalMem", total_mem(&mut bytes, device))?;
             let (mut major, mut minor) = (0, 0);
-            check("cuDeviceGetAttribute", attribute(&mut major, 75, device))?;
-            check("cuDeviceGetAttribute", attribute(&mut minor, 76, device))?;
+            check("cuDeviceGetAttribute", attribute(&mut major, CC_MAJOR, device))?;
+            check("cuDeviceGetAttribute", attribute(&mut minor, CC_MINOR, device))?;
+            let mut pci = [0; 3];
+            for (value, attr) in pci.iter_mut().zip(PCI_ATTRIBUTES) {
+                check("cuDeviceGetAttribute", attribute(value, attr, device))?;
+            }
             gpus.push(GpuInfo {
                 index,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
                 compute_capability: format!("{major}.{minor}"),
                 memory_mib: bytes as u64 / (1024 * 1024),
+                memory_free_mib: nvml.as_ref().and_then(|nvml| free_memory_mib(nvml, pci.map(|v| v as u32))),
             });
         }
         Ok(GpuSystem {
-            driver_version: nvml_driver_version().unwrap_or_else(|| "unknown".into()),
-            cuda_driver_version: format!("{}.{}", version / 1000, version % 1000 / 10),
+            driver_version: nvml.and_then(|nvml| nvml.sys_driver_version().ok()).unwrap_or_else(|| "unknown".into()),
+            cuda_driver_version: format!(
+                "{}.{}",
+                nvml_wrapper::cuda_driver_version_major(version),
+                nvml_wrapper::cuda_driver_version_minor(version)
+            ),
             gpus,
         })
     }
@@ -133,23 +161,23 @@ impl GpuSystem {
     }
 }
 
-/// `nvmlSystemGetDriverVersion`, e.g. `580.82.07`.
-fn nvml_driver_version() -> Option<String> {
-    // SAFETY: nvml.h signatures; the buffer is 96 bytes, above NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE (80).
-    unsafe {
-        let nvml = libloading::Library::new("libnvidia-ml.so.1").ok()?;
-        let init: libloading::Symbol<unsafe extern "C" fn() -> c_int> = nvml.get(b"nvmlInit_v2\0").ok()?;
-        let version: libloading::Symbol<unsafe extern "C" fn(*mut c_char, c_uint) -> c_int> =
-            nvml.get(b"nvmlSystemGetDriverVersion\0").ok()?;
-        let shutdown: libloading::Symbol<unsafe extern "C" fn() -> c_int> = nvml.get(b"nvmlShutdown\0").ok()?;
-        if init() != 0 {
-            return None;
-        }
-        let mut buf = [0 as c_char; 96];
-        let ok = version(buf.as_mut_ptr(), buf.len() as c_uint) == 0;
-        shutdown();
-        ok.then(|| CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned())
-    }
+/// The free memory of the GPU at a CUDA device's PCI location `(domain, bus, device)`, found among NVML's
+/// devices by theirs. `None` when NVML does not list it (a MIG instance, or a GPU NVML cannot see).
+fn free_memory_mib(nvml: &nvml_wrapper::Nvml, location: [u32; 3]) -> Option<u64> {
+    let device = (0..nvml.device_count().ok()?)
+        .filter_map(|i| nvml.device_by_index(i).ok())
+        .find(|d| d.pci_info().is_ok_and(|p| pci_location(&p.bus_id) == Some(location)))?;
+    Some(device.memory_info().ok()?.free / (1024 * 1024))
+}
+
+/// `[domain, bus, device]` of a PCI bus id in CUDA's (`0000:3b:00.0`) or NVML's (`00000000:3B:00.0`) form:
+/// numbers, since the two spell them differently.
+fn pci_location(bus_id: &str) -> Option<[u32; 3]> {
+    let (domain, rest) = bus_id.trim().split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, _function) = rest.split_once('.')?;
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+    Some([hex(domain)?, hex(bus)?, hex(device)?])
 }
 
 /// The versions of the CUDA runtime and cuDNN that the process has loaded (ONNX Runtime's CUDA provider
@@ -159,7 +187,7 @@ pub fn loaded_cuda_library_versions() -> (Option<String>, Option<String>) {
     // cudaRuntimeGetVersion(int*) and cudnnGetVersion(void) -> size_t are the documented signatures.
     unsafe {
         let loaded = |name: &str| {
-            libloading::os::unix::Library::open(Some(name), libloading::os::unix::RTLD_NOW | libc_rtld_noload()).ok()
+            libloading::os::unix::Library::open(Some(name), libloading::os::unix::RTLD_NOW | libc::RTLD_NOLOAD).ok()
         };
         let runtime = loaded("libcudart.so.13").or_else(|| loaded("libcudart.so.12")).and_then(|lib| {
             let f: libloading::os::unix::Symbol<unsafe extern "C" fn(*mut c_int) -> c_int> =
@@ -177,11 +205,6 @@ pub fn loaded_cuda_library_versions() -> (Option<String>, Option<String>) {
     }
 }
 
-/// glibc's RTLD_NOLOAD.
-const fn libc_rtld_noload() -> c_int {
-    0x4
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +219,7 @@ mod tests {
                 name: "NVIDIA A40".into(),
                 compute_capability: "8.6".into(),
                 memory_mib: 46068,
+                memory_free_mib: None,
             }],
         };
         assert_eq!(system.select(&[0]).unwrap()[0].name, "NVIDIA A40");
@@ -218,5 +242,38 @@ mod tests {
             assert!(e.contains("the CUDA driver failed at cuInit"), "{e}");
         }
         assert_eq!(loaded_cuda_library_versions(), (None, None));
+    }
+
+    #[test]
+    fn a_machine_without_nvml_does_not_panic() {
+        // SAFETY: loading libnvidia-ml runs only its initialisers; it only tells whether it is there.
+        let present = unsafe { libloading::Library::new("libnvidia-ml.so.1") }.is_ok();
+        if !present {
+            assert!(nvml_wrapper::Nvml::init().is_err(), "an error, where NVML is absent, not a panic");
+        }
+    }
+
+    #[test]
+    fn cuda_and_nvml_bus_ids_name_the_same_location() {
+        assert_eq!(pci_location("0000:3b:00.0"), Some([0, 0x3b, 0]));
+        assert_eq!(pci_location("0000:3b:00.0"), pci_location("00000000:3B:00.0"));
+        assert_eq!(pci_location("00000001:01:1F.0"), Some([1, 1, 0x1f]));
+        assert_eq!(pci_location("garbage"), None);
+        let gpu = GpuInfo {
+            index: 1,
+            name: "NVIDIA A40".into(),
+            compute_capability: "8.6".into(),
+            memory_mib: 45634,
+            memory_free_mib: Some(45000),
+        };
+        assert_eq!(gpu.to_string(), "cuda:1: NVIDIA A40 (compute 8.6, 45634 MiB, 45000 MiB free)");
+    }
+
+    #[test]
+    fn the_cuda_version_number_reads_as_major_dot_minor() {
+        use nvml_wrapper::{cuda_driver_version_major as major, cuda_driver_version_minor as minor};
+        let f = |v| format!("{}.{}", major(v), minor(v));
+        assert_eq!(f(13000), "13.0");
+        assert_eq!(f(12080), "12.8");
     }
 }

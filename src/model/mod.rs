@@ -8,10 +8,11 @@
 //! - [`placement`] checks from a profiled probe batch that a GPU run's real work stays on the GPU.
 //! - [`onnx_pooling`] adds mean pooling to a model's graph, so a GPU returns vectors, not token states.
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
-//! - `protobuf` (crate-private) reads and writes the few protobuf fields the two modules above need.
+//! - `onnx_proto` (crate-private) holds the ONNX protobuf messages those two read and write, for prost.
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text.
 //! - [`probe`] holds a model's reference vectors, checked when it loads.
+//! - [`settings`] are what shapes each model call, resolved by the caller.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
@@ -20,18 +21,20 @@ pub mod embedder;
 pub mod feed;
 pub mod gpu;
 pub mod onnx_pooling;
+pub(crate) mod onnx_proto;
 pub mod onnx_weights;
 pub mod placement;
 pub mod pooling;
 pub mod probe;
-pub(crate) mod protobuf;
 pub mod registry;
 pub mod runtime;
+pub mod settings;
 pub mod spec;
 pub mod tokenize;
 
 pub use device::{CudaInfo, Device, DeviceInfo, Placement};
 pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder, node_placement};
 pub use pooling::Pooling;
+pub use settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 pub use spec::ModelSpec;
 pub use tokenize::TruncationSide;

@@ -12,7 +12,13 @@
 //! across batchings (the graph's ReduceSum over a padded length adds in another order: last-bit
 //! differences, measured 1e-9, that would break the exact batch invariance the CPU path has).
 
-use crate::model::protobuf::{Value, bytes_field, fields, int_field, string_field};
+use bytes::Bytes;
+use prost::Message;
+
+use crate::model::onnx_proto::{
+    ATTRIBUTE_INT, AttributeProto, FLOAT, GraphProto, INT64, ModelProto, NodeProto, TensorProto, TensorTypeProto,
+    TypeProto, ValueInfoProto, decode,
+};
 
 /// The added output's name.
 pub const POOLED_OUTPUT: &str = "embedding_pipeline_mean_pooled";
@@ -21,128 +27,104 @@ pub const POOLED_OUTPUT: &str = "embedding_pipeline_mean_pooled";
 /// the `attention_mask` input. `None` when the model cannot take it: weights in external files, or an
 /// opset below 13 (ReduceSum takes its axes as an input from 13 on).
 pub fn with_mean_pooling(model: &[u8], states: &str) -> Result<Option<Vec<u8>>, String> {
-    if uses_external_data(model)? || default_opset(model)?.is_none_or(|v| v < 13) {
+    let parsed = decode(Bytes::copy_from_slice(model))?;
+    if uses_external_data(&parsed) || default_opset(&parsed).is_none_or(|v| v < 13) {
         return Ok(None);
     }
     let p = |s: &str| format!("embedding_pipeline_pool_{s}");
-    let mut graph = Vec::new();
-    let nodes = [
-        node("Cast", &[states], &p("states"), &[int_attr("to", 1)]),
-        node("Cast", &["attention_mask"], &p("mask"), &[int_attr("to", 1)]),
-        node("Unsqueeze", &[&p("mask"), &p("last_axis")], &p("mask3"), &[]),
-        node("Mul", &[&p("states"), &p("mask3")], &p("masked"), &[]),
-        node("ReduceSum", &[&p("masked"), &p("token_axis")], &p("sum"), &[int_attr("keepdims", 0)]),
-        node("ReduceSum", &[&p("mask3"), &p("token_axis")], &p("count"), &[int_attr("keepdims", 0)]),
-        node("Max", &[&p("count"), &p("eps")], &p("count_clamped"), &[]),
-        node("Div", &[&p("sum"), &p("count_clamped")], POOLED_OUTPUT, &[]),
-    ];
-    for n in nodes {
-        graph.extend(bytes_field(1, &n));
-    }
-    graph.extend(bytes_field(5, &int64_tensor(&p("last_axis"), -1)));
-    graph.extend(bytes_field(5, &int64_tensor(&p("token_axis"), 1)));
-    graph.extend(bytes_field(5, &float_tensor(&p("eps"), 1e-9)));
-    // ValueInfoProto { name, type: TypeProto { tensor_type: { elem_type: FLOAT } } }
-    let tensor_type = int_field(1, 1);
-    let type_proto = bytes_field(1, &tensor_type);
-    graph.extend(bytes_field(12, &[string_field(1, POOLED_OUTPUT), bytes_field(2, &type_proto)].concat()));
-    let mut out = Vec::with_capacity(model.len() + graph.len() + 16);
-    out.extend_from_slice(model);
-    out.extend(bytes_field(7, &graph));
-    Ok(Some(out))
+    let node = |op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>| NodeProto {
+        input: inputs.iter().map(|i| i.to_string()).collect(),
+        output: vec![output.to_string()],
+        name: Some(output.to_string()),
+        op_type: Some(op.to_string()),
+        attribute,
+    };
+    let int =
+        |name: &str, i: i64| vec![AttributeProto { name: Some(name.into()), i: Some(i), r#type: Some(ATTRIBUTE_INT) }];
+    let patch = GraphProto {
+        node: vec![
+            node("Cast", &[states], &p("states"), int("to", FLOAT.into())),
+            node("Cast", &["attention_mask"], &p("mask"), int("to", FLOAT.into())),
+            node("Unsqueeze", &[&p("mask"), &p("last_axis")], &p("mask3"), vec![]),
+            node("Mul", &[&p("states"), &p("mask3")], &p("masked"), vec![]),
+            node("ReduceSum", &[&p("masked"), &p("token_axis")], &p("sum"), int("keepdims", 0)),
+            node("ReduceSum", &[&p("mask3"), &p("token_axis")], &p("count"), int("keepdims", 0)),
+            node("Max", &[&p("count"), &p("eps")], &p("count_clamped"), vec![]),
+            node("Div", &[&p("sum"), &p("count_clamped")], POOLED_OUTPUT, vec![]),
+        ],
+        initializer: vec![
+            constant(&p("last_axis"), &[1], INT64, &(-1i64).to_le_bytes()),
+            constant(&p("token_axis"), &[1], INT64, &1i64.to_le_bytes()),
+            constant(&p("eps"), &[], FLOAT, &1e-9f32.to_le_bytes()),
+        ],
+        output: vec![ValueInfoProto {
+            name: Some(POOLED_OUTPUT.into()),
+            r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type: Some(FLOAT) }) }),
+        }],
+    };
+    // A model holding only the patch graph: appended, its graph field merges into the original's.
+    let patch = ModelProto { graph: Some(patch), opset_import: vec![] }.encode_to_vec();
+    Ok(Some([model, &patch].concat()))
 }
 
 /// The names of the graph's outputs (`GraphProto.output[].name`).
 pub fn output_names(model: &[u8]) -> Result<Vec<String>, String> {
-    let mut names = Vec::new();
-    for field in fields(model) {
-        let (7, Value::Bytes(graph)) = field? else { continue };
-        for field in fields(graph) {
-            let (12, Value::Bytes(info)) = field? else { continue };
-            for field in fields(info) {
-                if let (1, Value::Bytes(name)) = field? {
-                    names.push(String::from_utf8_lossy(name).into_owned());
-                }
-            }
-        }
-    }
-    Ok(names)
+    let graph = decode(Bytes::copy_from_slice(model))?.graph.unwrap_or_default();
+    Ok(graph.output.into_iter().filter_map(|o| o.name).collect())
 }
 
 /// Whether any initializer keeps its data in an external file (`TensorProto.data_location` = EXTERNAL).
-fn uses_external_data(model: &[u8]) -> Result<bool, String> {
-    for field in fields(model) {
-        let (7, Value::Bytes(graph)) = field? else { continue };
-        for field in fields(graph) {
-            let (5, Value::Bytes(tensor)) = field? else { continue };
-            for field in fields(tensor) {
-                if let (14, Value::Varint(1)) = field? {
-                    return Ok(true);
-                }
-            }
-        }
-    }
-    Ok(false)
+fn uses_external_data(model: &ModelProto) -> bool {
+    model.graph.iter().flat_map(|g| &g.initializer).any(|t| t.data_location == Some(1))
 }
 
 /// The version of the default ONNX operator set the model imports.
-fn default_opset(model: &[u8]) -> Result<Option<u64>, String> {
-    for field in fields(model) {
-        let (8, Value::Bytes(opset)) = field? else { continue };
-        let (mut domain, mut version) = (Vec::new(), None);
-        for field in fields(opset) {
-            match field? {
-                (1, Value::Bytes(d)) => domain = d.to_vec(),
-                (2, Value::Varint(v)) => version = Some(v),
-                _ => {}
-            }
-        }
-        if domain.is_empty() || domain == b"ai.onnx" {
-            return Ok(version);
-        }
+fn default_opset(model: &ModelProto) -> Option<i64> {
+    let default = |d: &Option<String>| d.as_deref().is_none_or(|d| d.is_empty() || d == "ai.onnx");
+    model.opset_import.iter().find(|o| default(&o.domain)).and_then(|o| o.version)
+}
+
+/// A constant of the given shape, type and little-endian bytes.
+fn constant(name: &str, dims: &[i64], data_type: i32, raw: &[u8]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: Some(data_type),
+        name: Some(name.into()),
+        raw_data: Some(Bytes::copy_from_slice(raw)),
+        data_location: None,
     }
-    Ok(None)
-}
-
-fn node(op: &str, inputs: &[&str], output: &str, attributes: &[Vec<u8>]) -> Vec<u8> {
-    let mut n: Vec<u8> = inputs.iter().flat_map(|i| string_field(1, i)).collect();
-    n.extend(string_field(2, output));
-    n.extend(string_field(3, output));
-    n.extend(string_field(4, op));
-    for a in attributes {
-        n.extend(bytes_field(5, a));
-    }
-    n
-}
-
-/// AttributeProto { name, i, type: INT }.
-fn int_attr(name: &str, value: i64) -> Vec<u8> {
-    [string_field(1, name), int_field(3, value as u64), int_field(20, 2)].concat()
-}
-
-/// A one-element int64 TensorProto of shape [1].
-fn int64_tensor(name: &str, value: i64) -> Vec<u8> {
-    [int_field(1, 1), int_field(2, 7), string_field(8, name), bytes_field(9, &value.to_le_bytes())].concat()
-}
-
-/// A float32 scalar TensorProto (shape []).
-fn float_tensor(name: &str, value: f32) -> Vec<u8> {
-    [int_field(2, 1), string_field(8, name), bytes_field(9, &value.to_le_bytes())].concat()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::onnx_proto::OperatorSetIdProto;
+
+    fn model(opset: i64, external: bool) -> Vec<u8> {
+        let mut weight = constant("w", &[1], INT64, &3i64.to_le_bytes());
+        weight.data_location = external.then_some(1);
+        let graph = GraphProto { initializer: vec![weight], ..Default::default() };
+        let opset = OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) };
+        ModelProto { graph: Some(graph), opset_import: vec![opset] }.encode_to_vec()
+    }
 
     #[test]
     fn an_opset_12_model_or_one_with_external_weights_is_left_alone() {
-        let opset = |v: u64| bytes_field(8, &[string_field(1, ""), int_field(2, v)].concat());
-        let graph = bytes_field(7, &bytes_field(5, &int64_tensor("w", 3)));
-        assert!(with_mean_pooling(&[graph.clone(), opset(12)].concat(), "s").unwrap().is_none());
-        let patched = with_mean_pooling(&[graph.clone(), opset(17)].concat(), "s").unwrap().unwrap();
-        assert!(patched.starts_with(&[graph.clone(), opset(17)].concat()), "the original bytes stay as they were");
-        let external = bytes_field(7, &bytes_field(5, &[int64_tensor("w", 3), int_field(14, 1)].concat()));
-        assert!(with_mean_pooling(&[external, opset(17)].concat(), "s").unwrap().is_none());
+        assert!(with_mean_pooling(&model(12, false), "s").unwrap().is_none());
+        let patched = with_mean_pooling(&model(17, false), "s").unwrap().unwrap();
+        assert!(patched.starts_with(&model(17, false)), "the original bytes stay as they were");
+        assert!(with_mean_pooling(&model(17, true), "s").unwrap().is_none());
         assert!(with_mean_pooling(&[0x0b], "s").is_err());
+    }
+
+    #[test]
+    fn the_patch_merges_into_the_graph_with_its_explicit_zeros() {
+        let patched = with_mean_pooling(&model(17, false), "s").unwrap().unwrap();
+        let graph = decode(Bytes::from(patched.clone())).unwrap().graph.unwrap();
+        assert_eq!(graph.initializer.len(), 4, "the original weight and the three constants");
+        assert_eq!(graph.node.len(), 8);
+        let keepdims = &graph.node[4].attribute[0];
+        assert_eq!((keepdims.name.as_deref(), keepdims.i), (Some("keepdims"), Some(0)));
+        assert_eq!(output_names(&patched).unwrap(), [POOLED_OUTPUT]);
     }
 }

@@ -2,14 +2,16 @@
 //! `bfloat16` or a quantised `int8` / `uint8`. It goes into the campaign fingerprint, so that an fp16 or
 //! int8 export of a model is never taken for its fp32 original.
 //!
-//! ONNX files are protobuf (`ModelProto`). Only the few fields needed are decoded, by hand
-//! (`model::protobuf`): `ModelProto.graph` (7) → `GraphProto.initializer` (5) →
-//! `TensorProto.dims` (1) and `TensorProto.data_type` (2). Weight bytes are skipped, never copied.
+//! ONNX files are protobuf (`ModelProto`), decoded with prost ([`crate::model::onnx_proto`]): only
+//! `ModelProto.graph` → `GraphProto.initializer` → `TensorProto.dims` and `TensorProto.data_type` are
+//! read, and the weight bytes are shared with the file's buffer, never copied.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::model::protobuf::{Value, fields, read_varint};
+use bytes::Bytes;
+
+use crate::model::onnx_proto;
 
 /// Elements per weight type, over the graph's initializers of floating or small-integer type (shape
 /// constants such as int64 initializers are not weights and are left out).
@@ -31,45 +33,22 @@ impl WeightTypes {
 /// Read the weight types of an ONNX file. The error says what is wrong with the file.
 pub fn weight_types(path: &Path) -> Result<WeightTypes, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    weight_types_of(&bytes)
+    weight_types_of(Bytes::from(bytes))
 }
 
-fn weight_types_of(model: &[u8]) -> Result<WeightTypes, String> {
+fn weight_types_of(model: Bytes) -> Result<WeightTypes, String> {
     let mut types = WeightTypes::default();
-    for field in fields(model) {
-        let (number, value) = field.map_err(|e| format!("not an ONNX model: {e}"))?;
-        let (7, Value::Bytes(graph)) = (number, value) else { continue };
-        for field in fields(graph) {
-            let (number, value) = field.map_err(|e| format!("not an ONNX model (in its graph): {e}"))?;
-            let (5, Value::Bytes(tensor)) = (number, value) else { continue };
-            let (data_type, elements) = tensor_type_and_size(tensor)?;
-            if let Some(name) = weight_type_name(data_type) {
-                *types.0.entry(name).or_default() += elements;
-            }
+    for tensor in onnx_proto::decode(model)?.graph.unwrap_or_default().initializer {
+        let elements = tensor.dims.iter().fold(1u64, |n, d| n.saturating_mul(u64::try_from(*d).unwrap_or(0)));
+        if let Some(name) = weight_type_name(tensor.data_type.unwrap_or(0)) {
+            *types.0.entry(name).or_default() += elements;
         }
     }
     Ok(types)
 }
 
-fn tensor_type_and_size(tensor: &[u8]) -> Result<(u64, u64), String> {
-    let (mut data_type, mut elements) = (0, 1u64);
-    for field in fields(tensor) {
-        match field.map_err(|e| format!("not an ONNX model (in an initializer): {e}"))? {
-            (1, Value::Varint(d)) => elements = elements.saturating_mul(d),
-            (1, Value::Bytes(mut packed)) => {
-                while !packed.is_empty() {
-                    elements = elements.saturating_mul(read_varint(&mut packed)?);
-                }
-            }
-            (2, Value::Varint(t)) => data_type = t,
-            _ => {}
-        }
-    }
-    Ok((data_type, elements))
-}
-
 /// ONNX `TensorProto.DataType` names of the types that weights come in.
-fn weight_type_name(data_type: u64) -> Option<&'static str> {
+fn weight_type_name(data_type: i32) -> Option<&'static str> {
     Some(match data_type {
         1 => "float32",
         2 => "uint8",
@@ -86,51 +65,54 @@ fn weight_type_name(data_type: u64) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::model::protobuf::{bytes_field, int_field, write_varint};
+    use prost::Message;
 
-    fn varint(v: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        write_varint(v, &mut out);
-        out
+    use super::*;
+    use crate::model::onnx_proto::{GraphProto, ModelProto, TensorProto};
+
+    fn tensor(dims: &[i64], data_type: i32) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: Some(data_type),
+            name: Some("w".into()),
+            raw_data: Some(Bytes::from(vec![0u8; 40])),
+            data_location: None,
+        }
     }
 
-    /// A TensorProto with unpacked dims, a data type, a name and raw data that must be skipped.
-    fn tensor(dims: &[u64], data_type: u64) -> Vec<u8> {
-        let mut t: Vec<u8> = dims.iter().flat_map(|d| int_field(1, *d)).collect();
-        t.extend(int_field(2, data_type));
-        t.extend(bytes_field(8, b"w"));
-        t.extend(bytes_field(9, &[0u8; 40]));
-        t
+    fn model(initializer: Vec<TensorProto>) -> Bytes {
+        let graph = GraphProto { initializer, ..Default::default() };
+        Bytes::from(ModelProto { graph: Some(graph), opset_import: vec![] }.encode_to_vec())
     }
 
     #[test]
     fn counts_weight_elements_per_type_and_picks_the_dominant_one() {
-        let packed_dims = bytes_field(1, &[varint(300), varint(2)].concat());
-        let packed = [packed_dims, int_field(2, 3)].concat();
-        let graph = [
-            bytes_field(1, b"a node"),
-            bytes_field(5, &tensor(&[4, 100], 1)),
-            bytes_field(5, &packed),
-            bytes_field(5, &tensor(&[1000], 7)), // int64: a shape constant, not a weight
-        ]
-        .concat();
-        // ir_version 8, a fixed32 field 3 (skipped unread), the graph.
-        let model = [int_field(1, 8), vec![3 << 3 | 5, 0, 0, 0, 0], bytes_field(7, &graph)].concat();
-        let types = weight_types_of(&model).unwrap();
+        // int64: a shape constant, not a weight.
+        let types =
+            weight_types_of(model(vec![tensor(&[4, 100], 1), tensor(&[300, 2], 3), tensor(&[1000], 7)])).unwrap();
         assert_eq!(types.0, BTreeMap::from([("float32", 400), ("int8", 600)]));
         assert_eq!(types.dominant(), "int8");
         assert_eq!(WeightTypes::default().dominant(), "unknown");
     }
 
     #[test]
+    fn dims_are_read_packed_as_well_as_unpacked() {
+        // dims = [300, 2] packed (field 1, length-delimited), data_type = 3: the form some exporters write.
+        let tensor = [vec![0x0a, 3, 0xac, 0x02, 2], vec![0x10, 3]].concat();
+        let graph = [vec![0x2a, tensor.len() as u8], tensor].concat();
+        let model = [vec![0x3a, graph.len() as u8], graph].concat();
+        assert_eq!(weight_types_of(Bytes::from(model)).unwrap().0, BTreeMap::from([("int8", 600)]));
+    }
+
+    #[test]
     fn a_damaged_file_is_an_error_not_a_panic() {
-        let graph = bytes_field(5, &tensor(&[4], 1));
-        let model = bytes_field(7, &graph);
+        let model = model(vec![tensor(&[4], 1)]);
         for cut in 1..model.len() {
-            assert!(weight_types_of(&model[..cut]).is_err(), "cut at {cut}");
+            let e = weight_types_of(model.slice(..cut)).unwrap_err();
+            assert!(e.starts_with("not an ONNX model"), "cut at {cut}: {e}");
         }
-        assert!(weight_types_of(&[0xff; 12]).is_err());
-        assert!(weight_types_of(&[0x0b]).unwrap_err().contains("wire type 3"));
+        assert!(weight_types_of(Bytes::from(vec![0xff; 12])).is_err());
+        assert!(weight_types_of(Bytes::from_static(&[0x0b])).is_err());
+        assert!(weight_types_of(Bytes::new()).unwrap_err().contains("no graph"));
     }
 }

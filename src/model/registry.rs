@@ -7,16 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::Result;
 use crate::model::{Embedder, ModelSpec, Placement};
-use crate::options::EmbedOptions;
 
 type Key = (PathBuf, Placement);
 
 static MODELS: OnceLock<Mutex<HashMap<Key, Arc<Embedder>>>> = OnceLock::new();
-
-/// The shared embedder for the model and placement that `options` name, loading it on first use.
-pub fn for_options(options: &EmbedOptions) -> Result<Arc<Embedder>> {
-    get_or_load(&options.model_dir(), options.placement()?)
-}
 
 /// The shared embedder for a model directory and placement, loading it on first use.
 pub fn get_or_load(dir: &Path, placement: Placement) -> Result<Arc<Embedder>> {

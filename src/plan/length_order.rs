@@ -1,70 +1,107 @@
-//! `LengthOrderExec`: orders rows by their real token count ahead of `embed()`, so each model call
-//! groups texts of similar length and pads little.
+//! Ordering rows by their real token count ahead of `embed()`, so each model call groups texts of similar
+//! length and pads little. Two nodes:
 //!
-//! Per partition, it reads rows, counts their tokens with the model's own tokenizer (with the prefix
-//! and truncation that `embed` will apply), and emits them longest first:
-//! - with `embed.order_window = N`, N rows at a time, or fewer when they reach `embed.order_memory`
-//!   bytes (memory: one window);
-//! - with `embed.order_window = 0`, the whole input: rows are sorted in runs of at most
-//!   `embed.order_memory` bytes, each run beyond the first is spilled to an Arrow IPC file, and the runs
-//!   are merged longest first (memory: one run, plus one batch per spilled run).
-//!
-//! It passes the rows on in batches of one model call each, cut by `embed.batch_tokens` and
-//! `embed.max_batch_rows` as `embed` cuts them, so that the rows reach the sink as each call finishes.
+//! - [`TokenCountExec`] counts each row's tokens with the model's own tokenizer (with the prefix and
+//!   truncation that `embed` will apply) and appends the count as the column [`TOKEN_COUNT`].
+//! - [`LengthOrderExec`] passes the rows on longest first, in batches of one model call each (cut by
+//!   `embed.batch_tokens` and `embed.max_batch_rows` as `embed` cuts them, so the rows reach the sink as
+//!   each call finishes), without the count column:
+//!   - with `embed.order_window = N`, it orders N rows at a time itself, or fewer when they reach
+//!     [`WINDOW_BYTES`] or the session's memory pool (`datafusion.runtime.memory_limit`) refuses more
+//!     (memory: one window);
+//!   - with `embed.order_window = 0`, DataFusion's `SortExec` orders the whole input by the count column
+//!     below it, spilling to disk under the session's memory pool, and this node only cuts the calls.
 //!
 //! NOTE: `embed` tokenises the texts again. Keeping the token ids from here would mean carrying them
 //! through DataFusion as an extra column; tokenising is about 1.5% of the time of a CPU run (see
 //! BENCHMARKS.md), so the simpler route was taken.
 
-use std::collections::BinaryHeap;
 use std::fmt;
-use std::fs::File;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, interleave_record_batch, take};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
-use datafusion::arrow::ipc::reader::FileReader;
-use datafusion::arrow::ipc::writer::FileWriter;
+use datafusion::arrow::array::{AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use datafusion::arrow::compute::{SortOptions, concat_batches, take};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::common::{Result, exec_datafusion_err};
-use datafusion::execution::disk_manager::RefCountedTempFile;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexOrdering, OrderingRequirements, PhysicalExpr, PhysicalSortExpr,
+};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
 use crate::metrics::{RunMetrics, batch_bytes, compact_views};
+use crate::model::CallSettings;
 use crate::model::batching::plan_batches;
-use crate::model::{Embedder, registry};
-use crate::options::{CallSettings, EmbedOptions};
+use crate::options::EmbedOptions;
 use crate::udf::embed::string_values;
 
-/// The ordering stage; see the module docs.
+/// The column [`TokenCountExec`] appends: each row's token count, as `embed` will feed it.
+pub const TOKEN_COUNT: &str = "__token_count";
+
+/// Most bytes of rows one window holds (`embed.order_window` > 0) before it is ordered and passed on.
+pub const WINDOW_BYTES: usize = 64 * 1024 * 1024;
+
+/// The ordering stage for `options` over `input`, ordering by the token count of `text` (an expression
+/// over `input`): counting, then the windowed ordering, or the whole-input sort and the cutting of calls.
+pub fn length_order(
+    input: Arc<dyn ExecutionPlan>,
+    text: Arc<dyn PhysicalExpr>,
+    options: &EmbedOptions,
+    run: Option<Arc<RunMetrics>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let counted: Arc<dyn ExecutionPlan> =
+        Arc::new(TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?.with_run_metrics(run));
+    let (input, window) = match options.order_window {
+        0 => {
+            let sort = SortExec::new(longest_first(&counted.schema())?, counted);
+            (Arc::new(sort) as Arc<dyn ExecutionPlan>, None)
+        }
+        n => (counted, Some(n)),
+    };
+    Ok(Arc::new(LengthOrderExec::try_new(input, text, options.clone(), window)?))
+}
+
+/// The ordering on [`TOKEN_COUNT`], largest first.
+fn longest_first(schema: &SchemaRef) -> Result<LexOrdering> {
+    let count = Arc::new(Column::new_with_schema(TOKEN_COUNT, schema)?);
+    let options = SortOptions { descending: true, nulls_first: false };
+    LexOrdering::new([PhysicalSortExpr::new(count, options)])
+        .ok_or_else(|| exec_datafusion_err!("an empty ordering on {TOKEN_COUNT}"))
+}
+
+type Sender = tokio::sync::mpsc::Sender<Result<RecordBatch>>;
+
+/// Appends [`TOKEN_COUNT`] to every row; see the module docs.
 #[derive(Debug)]
-pub struct LengthOrderExec {
+pub struct TokenCountExec {
     input: Arc<dyn ExecutionPlan>,
     text: Arc<dyn PhysicalExpr>,
     options: EmbedOptions,
     properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
     /// The run's counters, told each batch's token count (for the progress display).
     run: Option<Arc<RunMetrics>>,
 }
 
-impl LengthOrderExec {
-    /// Order `input`'s rows by the token count of `text` (an expression over `input`).
+impl TokenCountExec {
+    /// Count the tokens of `text` (an expression over `input`) on every row of `input`.
     pub fn try_new(input: Arc<dyn ExecutionPlan>, text: Arc<dyn PhysicalExpr>, options: EmbedOptions) -> Result<Self> {
+        let mut fields: Vec<Arc<Field>> = input.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(TOKEN_COUNT, DataType::UInt32, false)));
+        let schema = Arc::new(Schema::new_with_metadata(fields, input.schema().metadata().clone()));
         let properties = Arc::new(PlanProperties::new(
-            datafusion::physical_expr::EquivalenceProperties::new(input.schema()),
+            EquivalenceProperties::new(schema),
             input.output_partitioning().clone(),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(Self { input, text, options, properties, metrics: ExecutionPlanMetricsSet::new(), run: None })
+        Ok(Self { input, text, options, properties, run: None })
     }
 
     /// Tell `run` the token counts as they are made.
@@ -74,15 +111,113 @@ impl LengthOrderExec {
     }
 }
 
+impl DisplayAs for TokenCountExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "TokenCountExec: text={}", self.text)
+    }
+}
+
+impl ExecutionPlan for TokenCountExec {
+    fn name(&self) -> &str {
+        "TokenCountExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        let input =
+            children.into_iter().next().ok_or_else(|| exec_datafusion_err!("TokenCountExec needs one child"))?;
+        Ok(Arc::new(
+            Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone()),
+        ))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let mut input = self.input.execute(partition, context)?;
+        let (settings, _) = Fingerprint::for_options(&self.options)?;
+        let (options, text, run, schema) =
+            (self.options.clone(), Arc::clone(&self.text), self.run.clone(), self.schema());
+        let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&schema), 2);
+        let tx = builder.tx();
+        builder.spawn(async move {
+            let embedder = tokio::task::spawn_blocking(move || options.embedder())
+                .await
+                .map_err(|e| exec_datafusion_err!("loading the model failed: {e}"))??;
+            while let Some(batch) = input.next().await {
+                let batch = batch?;
+                let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
+                let (embedder, settings) = (Arc::clone(&embedder), settings.clone());
+                let lengths = tokio::task::spawn_blocking(move || -> Result<Vec<u32>> {
+                    let values = string_values(&texts)?;
+                    Ok(embedder.token_lengths(&values, &settings)?.into_iter().map(|n| n as u32).collect())
+                })
+                .await
+                .map_err(|e| exec_datafusion_err!("token counting failed: {e}"))??;
+                if let Some(run) = &run {
+                    run.record_counted(lengths.len() as u64, lengths.iter().map(|n| *n as u64).sum());
+                }
+                let mut columns = batch.columns().to_vec();
+                columns.push(Arc::new(UInt32Array::from(lengths)));
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                let counted = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
+                if tx.send(Ok(counted)).await.is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        Ok(builder.build())
+    }
+}
+
+/// Passes rows on longest first, a model call's rows per batch; see the module docs.
+#[derive(Debug)]
+pub struct LengthOrderExec {
+    /// Rows with [`TOKEN_COUNT`] as their last column.
+    input: Arc<dyn ExecutionPlan>,
+    /// For EXPLAIN: the text whose tokens were counted.
+    text: Arc<dyn PhysicalExpr>,
+    options: EmbedOptions,
+    /// Rows ordered together; `None`: the input arrives sorted.
+    window: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl LengthOrderExec {
+    /// Order `input`'s rows (which end in [`TOKEN_COUNT`]) `window` rows at a time, or, with `None`, cut
+    /// the calls from rows that arrive sorted longest first.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        text: Arc<dyn PhysicalExpr>,
+        options: EmbedOptions,
+        window: Option<usize>,
+    ) -> Result<Self> {
+        let counted = input.schema();
+        if counted.fields().last().is_none_or(|f| f.name() != TOKEN_COUNT) {
+            return Err(exec_datafusion_err!("LengthOrderExec needs {TOKEN_COUNT} as its input's last column"));
+        }
+        let schema = Arc::new(counted.project(&(0..counted.fields().len() - 1).collect::<Vec<_>>())?);
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            input.output_partitioning().clone(),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self { input, text, options, window, properties })
+    }
+}
+
 impl DisplayAs for LengthOrderExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        match self.options.order_window {
-            0 => write!(
-                f,
-                "LengthOrderExec: text={}, window=whole input, memory={} bytes",
-                self.text, self.options.order_memory
-            ),
-            n => write!(f, "LengthOrderExec: text={}, window={n} rows", self.text),
+        match self.window {
+            None => write!(f, "LengthOrderExec: text={}, window=whole input, sorted below", self.text),
+            Some(n) => write!(f, "LengthOrderExec: text={}, window={n} rows", self.text),
         }
     }
 }
@@ -100,270 +235,149 @@ impl ExecutionPlan for LengthOrderExec {
         vec![&self.input]
     }
 
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        let sorted = self.window.is_none().then(|| longest_first(&self.input.schema()).ok()).flatten();
+        vec![sorted.map(OrderingRequirements::from)]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.window.is_none()]
+    }
+
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let input =
             children.into_iter().next().ok_or_else(|| exec_datafusion_err!("LengthOrderExec needs one child"))?;
-        Ok(Arc::new(
-            Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone()),
-        ))
-    }
-
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
+        Ok(Arc::new(Self::try_new(input, Arc::clone(&self.text), self.options.clone(), self.window)?))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let schema = self.input.schema();
         let input = self.input.execute(partition, Arc::clone(&context))?;
         let (settings, _) = Fingerprint::for_options(&self.options)?;
-        let job = Job {
-            run: self.run.clone(),
-            text: Arc::clone(&self.text),
-            options: self.options.clone(),
-            settings,
-            batch_size: context.session_config().batch_size(),
-            context,
-            spills: MetricBuilder::new(&self.metrics).spill_count(partition),
-            spilled_rows: MetricBuilder::new(&self.metrics).spilled_rows(partition),
-        };
-        let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&schema), 2);
+        let reservation = MemoryConsumer::new(format!("LengthOrderExec[{partition}]"))
+            .with_can_spill(true)
+            .register(context.memory_pool());
+        let job = Job { settings, schema: self.schema(), window: self.window, reservation };
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema(), 2);
         let tx = builder.tx();
         builder.spawn(async move { job.run(input, tx).await });
         Ok(builder.build())
     }
 }
 
-type Sender = tokio::sync::mpsc::Sender<Result<RecordBatch>>;
-
-/// Rows of a spilled run read back at a time: the merge holds one such batch per run.
-const SPILL_BATCH_ROWS: usize = 1024;
-
 /// One partition's work.
 struct Job {
-    run: Option<Arc<RunMetrics>>,
-    text: Arc<dyn PhysicalExpr>,
-    options: EmbedOptions,
     settings: CallSettings,
-    batch_size: usize,
-    context: Arc<TaskContext>,
-    spills: Count,
-    spilled_rows: Count,
-}
-
-/// Rows held in memory, with their token counts.
-#[derive(Default)]
-struct Buffer {
-    batches: Vec<RecordBatch>,
-    lengths: Vec<u32>,
-    bytes: usize,
-}
-
-impl Buffer {
-    /// The first `n` rows, and the rest.
-    fn split(self, n: usize) -> Result<(Buffer, Buffer)> {
-        let Some(first) = self.batches.first() else { return Ok((Buffer::default(), Buffer::default())) };
-        let all = concat_batches(&first.schema(), &self.batches)?;
-        let (head, tail) = (all.slice(0, n), all.slice(n, all.num_rows() - n));
-        let mut lengths = self.lengths;
-        let tail_lengths = lengths.split_off(n);
-        let part = |b: RecordBatch, l: Vec<u32>| Buffer { bytes: batch_bytes(&b), batches: vec![b], lengths: l };
-        Ok((part(head, lengths), part(tail, tail_lengths)))
-    }
+    /// The output schema: the input's without [`TOKEN_COUNT`].
+    schema: SchemaRef,
+    window: Option<usize>,
+    /// The window's rows, held against the session's memory pool.
+    reservation: MemoryReservation,
 }
 
 impl Job {
     async fn run(self, mut input: SendableRecordBatchStream, tx: Sender) -> Result<()> {
-        let options = self.options.clone();
-        let embedder = tokio::task::spawn_blocking(move || registry::for_options(&options))
-            .await
-            .map_err(|e| exec_datafusion_err!("loading the model failed: {e}"))??;
-        let window = self.options.order_window;
-        let mut buffer = Buffer::default();
-        let mut runs: Vec<RefCountedTempFile> = Vec::new();
+        let mut held: Vec<RecordBatch> = Vec::new();
+        let (mut rows, mut bytes) = (0, 0);
         while let Some(batch) = input.next().await {
             let batch = batch?;
             if batch.num_rows() == 0 {
                 continue;
             }
-            let lengths = self.lengths(&embedder, &batch).await?;
-            if let Some(run) = &self.run {
-                run.record_counted(lengths.len() as u64, lengths.iter().map(|n| *n as u64).sum());
+            let size = batch_bytes(&batch);
+            let Some(window) = self.window else {
+                // Sorted input: every call but the last of what is held is complete; the last waits for
+                // the rows that may still join it.
+                held.push(batch);
+                let all = concat_batches(&held[0].schema(), &held)?;
+                let Some(rest) = self.emit_calls(&all, false, &tx).await? else { return Ok(()) };
+                held = vec![rest];
+                continue;
+            };
+            // A full window, or one the memory pool will not let grow, is ordered and passed on first; a
+            // window's first batch is always taken.
+            if rows > 0 && (bytes + size > WINDOW_BYTES || self.reservation.try_grow(size).is_err()) {
+                if !self.emit_window(std::mem::take(&mut held), &tx).await? {
+                    return Ok(());
+                }
+                (rows, bytes) = (0, 0);
+                self.reservation.free();
             }
-            buffer.bytes += batch_bytes(&batch);
-            buffer.lengths.extend(lengths);
-            buffer.batches.push(batch);
-            while window > 0
-                && !buffer.lengths.is_empty()
-                && (buffer.lengths.len() >= window || buffer.bytes >= self.options.order_memory)
-            {
-                let n = window.min(buffer.lengths.len());
-                let (full, rest) = buffer.split(n)?;
-                self.emit_sorted(full, &tx).await?;
-                buffer = rest;
+            if rows == 0 {
+                self.reservation.grow(size);
             }
-            if window == 0 && buffer.bytes >= self.options.order_memory {
-                runs.push(self.spill(std::mem::take(&mut buffer))?);
+            (rows, bytes) = (rows + batch.num_rows(), bytes + size);
+            held.push(batch);
+            while rows >= window {
+                let all = concat_batches(&held[0].schema(), &held)?;
+                let rest = all.slice(window, rows - window);
+                if !self.emit_window(vec![all.slice(0, window)], &tx).await? {
+                    return Ok(());
+                }
+                (rows, bytes) = (rest.num_rows(), batch_bytes(&rest));
+                self.reservation.resize(bytes);
+                held = vec![rest];
             }
         }
-        if runs.is_empty() {
-            return self.emit_sorted(buffer, &tx).await;
+        match self.window {
+            None if !held.is_empty() => {
+                let all = concat_batches(&held[0].schema(), &held)?;
+                self.emit_calls(&all, true, &tx).await?;
+            }
+            None => {}
+            Some(_) => {
+                self.emit_window(held, &tx).await?;
+            }
         }
-        if !buffer.lengths.is_empty() {
-            runs.push(self.spill(buffer)?);
-        }
-        self.merge(runs, &tx).await
-    }
-
-    /// Token counts of a batch's texts, off the async runtime.
-    async fn lengths(&self, embedder: &Arc<Embedder>, batch: &RecordBatch) -> Result<Vec<u32>> {
-        let texts = self.text.evaluate(batch)?.into_array(batch.num_rows())?;
-        let (embedder, settings) = (Arc::clone(embedder), self.settings.clone());
-        tokio::task::spawn_blocking(move || -> Result<Vec<u32>> {
-            let values = string_values(&texts)?;
-            Ok(embedder.token_lengths(&values, &settings)?.into_iter().map(|n| n as u32).collect())
-        })
-        .await
-        .map_err(|e| exec_datafusion_err!("token counting failed: {e}"))?
-    }
-
-    /// The buffer's rows, longest first, as one batch (and their lengths, in the same order).
-    fn sorted(&self, buffer: Buffer) -> Result<Option<(RecordBatch, Vec<u32>)>> {
-        let Some((all, order)) = longest_first(&buffer)? else { return Ok(None) };
-        let lengths = order.iter().map(|&i| buffer.lengths[i as usize]).collect();
-        Ok(Some((take_rows(&all, &UInt32Array::from(order))?, lengths)))
-    }
-
-    async fn emit_sorted(&self, buffer: Buffer, tx: &Sender) -> Result<()> {
-        let Some((all, order)) = longest_first(&buffer)? else { return Ok(()) };
-        let lengths: Vec<usize> = order.iter().map(|&i| buffer.lengths[i as usize] as usize).collect();
-        self.emit_calls(&all, &order, &lengths, tx).await?;
+        self.reservation.free();
         Ok(())
     }
 
-    /// Send the rows `order` picks from `batch` (longest first; `lengths` are theirs) as batches of one
-    /// model call each, cut as `embed` will cut them, each copied out so that it holds only its own
-    /// rows. False when the consumer is gone (a LIMIT was met, or the query stopped).
-    async fn emit_calls(&self, batch: &RecordBatch, order: &[u32], lengths: &[usize], tx: &Sender) -> Result<bool> {
+    /// Order a window's rows longest first (ties keep input order) and send them. False when the
+    /// consumer is gone (a LIMIT was met, or the query stopped).
+    async fn emit_window(&self, held: Vec<RecordBatch>, tx: &Sender) -> Result<bool> {
+        let Some(first) = held.first() else { return Ok(true) };
+        let all = concat_batches(&first.schema(), &held)?;
+        let lengths = counts(&all);
+        let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(lengths.value(*i as usize)));
+        let sorted = take_rows(&all, &UInt32Array::from(order))?;
+        Ok(self.emit_calls(&sorted, true, tx).await?.is_some())
+    }
+
+    /// Send the rows of `sorted` (longest first) as batches of one model call each, cut as `embed` will
+    /// cut them, each copied out so that it holds only its own rows, without [`TOKEN_COUNT`]. Unless
+    /// `last`, the last call's rows are not sent but given back, to be joined by the rows that follow.
+    /// `None` when the consumer is gone.
+    async fn emit_calls(&self, sorted: &RecordBatch, last: bool, tx: &Sender) -> Result<Option<RecordBatch>> {
+        let lengths: Vec<usize> = counts(sorted).values().iter().map(|n| *n as usize).collect();
+        let calls = plan_batches(&lengths, self.settings.batch_tokens, self.settings.max_batch_rows);
+        let without = sorted.project(&(0..sorted.num_columns() - 1).collect::<Vec<_>>())?;
         let mut at = 0;
-        // On rows already longest first, the calls are consecutive runs of them.
-        for call in plan_batches(lengths, self.settings.batch_tokens, self.settings.max_batch_rows) {
-            let rows = UInt32Array::from(order[at..at + call.rows.len()].to_vec());
-            at += call.rows.len();
-            if tx.send(compact_views(take_rows(batch, &rows)?)).await.is_err() {
-                return Ok(false);
+        for (i, call) in calls.iter().enumerate() {
+            let n = call.rows.len();
+            if !last && i + 1 == calls.len() {
+                return Ok(Some(sorted.slice(at, n)));
+            }
+            // On rows already longest first, the calls are consecutive runs of them.
+            let rows = UInt32Array::from_iter_values(at as u32..(at + n) as u32);
+            at += n;
+            let batch = take_rows(&without, &rows)?;
+            let batch = RecordBatch::try_new_with_options(
+                Arc::clone(&self.schema),
+                batch.columns().to_vec(),
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )?;
+            if tx.send(compact_views(batch)).await.is_err() {
+                return Ok(None);
             }
         }
-        Ok(true)
-    }
-
-    /// Write the buffer as a sorted run, with its lengths as a last column.
-    fn spill(&self, buffer: Buffer) -> Result<RefCountedTempFile> {
-        let rows = buffer.lengths.len();
-        let Some((sorted, lengths)) = self.sorted(buffer)? else {
-            return Err(exec_datafusion_err!("nothing to spill"));
-        };
-        let file = self.context.runtime_env().disk_manager.create_tmp_file("LengthOrderExec run")?;
-        let with_lengths = with_length_column(&sorted, lengths)?;
-        let mut writer = FileWriter::try_new(File::create(file.path())?, &with_lengths.schema())?;
-        let mut offset = 0;
-        while offset < rows {
-            let n = SPILL_BATCH_ROWS.min(rows - offset);
-            writer.write(&with_lengths.slice(offset, n))?;
-            offset += n;
-        }
-        writer.finish()?;
-        self.spills.add(1);
-        self.spilled_rows.add(rows);
-        Ok(file)
-    }
-
-    /// Merge sorted runs, longest first, reading one batch per run at a time.
-    async fn merge(&self, runs: Vec<RefCountedTempFile>, tx: &Sender) -> Result<()> {
-        let mut cursors = Vec::with_capacity(runs.len());
-        for run in &runs {
-            let mut reader = FileReader::try_new(File::open(run.path())?, None)?;
-            let first = reader.next().transpose()?;
-            cursors.push(Cursor { reader, batch: first, row: 0 });
-        }
-        // Max-heap of (length, run); ties go to the lower run, which holds earlier input.
-        let mut heap = BinaryHeap::new();
-        for (i, c) in cursors.iter().enumerate() {
-            if let Some(len) = c.length() {
-                heap.push((len, std::cmp::Reverse(i)));
-            }
-        }
-        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(self.batch_size);
-        let mut pick_lengths: Vec<usize> = Vec::with_capacity(self.batch_size);
-        while let Some((len, std::cmp::Reverse(i))) = heap.pop() {
-            picks.push((i, cursors[i].row));
-            pick_lengths.push(len as usize);
-            cursors[i].row += 1;
-            let exhausted_batch = cursors[i].batch.as_ref().is_some_and(|b| cursors[i].row >= b.num_rows());
-            if (picks.len() >= self.batch_size || exhausted_batch)
-                && !self.emit_picks(&cursors, &mut picks, &mut pick_lengths, tx).await?
-            {
-                return Ok(());
-            }
-            if exhausted_batch {
-                cursors[i].batch = cursors[i].reader.next().transpose()?;
-                cursors[i].row = 0;
-            }
-            if let Some(len) = cursors[i].length() {
-                heap.push((len, std::cmp::Reverse(i)));
-            }
-        }
-        self.emit_picks(&cursors, &mut picks, &mut pick_lengths, tx).await?;
-        Ok(())
-    }
-
-    /// Send the picked rows as one batch, without the length column. False when the consumer is gone.
-    async fn emit_picks(
-        &self,
-        cursors: &[Cursor],
-        picks: &mut Vec<(usize, usize)>,
-        lengths: &mut Vec<usize>,
-        tx: &Sender,
-    ) -> Result<bool> {
-        if picks.is_empty() {
-            return Ok(true);
-        }
-        // Exhausted runs are never picked, but interleave wants a batch of the same schema for each.
-        let batches: Vec<RecordBatch> = cursors
-            .iter()
-            .map(|c| c.batch.clone().unwrap_or_else(|| RecordBatch::new_empty(c.reader.schema())))
-            .collect();
-        let refs: Vec<&RecordBatch> = batches.iter().collect();
-        let merged = interleave_record_batch(&refs, picks)?;
-        picks.clear();
-        let without = merged.project(&(0..merged.num_columns() - 1).collect::<Vec<_>>())?;
-        let order: Vec<u32> = (0..without.num_rows() as u32).collect();
-        let sent = self.emit_calls(&without, &order, lengths, tx).await;
-        lengths.clear();
-        sent
+        Ok(Some(sorted.slice(sorted.num_rows(), 0)))
     }
 }
 
-/// The buffer's rows as one batch, and the order of its rows longest first (ties keep input order).
-fn longest_first(buffer: &Buffer) -> Result<Option<(RecordBatch, Vec<u32>)>> {
-    let Some(first) = buffer.batches.first() else { return Ok(None) };
-    let all = concat_batches(&first.schema(), &buffer.batches)?;
-    let mut order: Vec<u32> = (0..buffer.lengths.len() as u32).collect();
-    order.sort_by(|a, b| buffer.lengths[*b as usize].cmp(&buffer.lengths[*a as usize]));
-    Ok(Some((all, order)))
-}
-
-/// A position in one spilled run.
-struct Cursor {
-    reader: FileReader<File>,
-    batch: Option<RecordBatch>,
-    row: usize,
-}
-
-impl Cursor {
-    fn length(&self) -> Option<u32> {
-        let b = self.batch.as_ref()?;
-        (self.row < b.num_rows()).then(|| b.column(b.num_columns() - 1).as_primitive::<UInt32Type>().value(self.row))
-    }
+/// The [`TOKEN_COUNT`] column (the last) of a batch.
+fn counts(batch: &RecordBatch) -> &datafusion::arrow::array::PrimitiveArray<UInt32Type> {
+    batch.column(batch.num_columns() - 1).as_primitive::<UInt32Type>()
 }
 
 /// `batch`'s rows at `indices`. Unlike arrow's `take_record_batch`, also for a batch without columns (a
@@ -372,12 +386,4 @@ fn take_rows(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch> 
     let columns = batch.columns().iter().map(|c| take(c, indices, None)).collect::<Result<Vec<_>, _>>()?;
     let options = RecordBatchOptions::new().with_row_count(Some(indices.len()));
     Ok(RecordBatch::try_new_with_options(batch.schema(), columns, &options)?)
-}
-
-fn with_length_column(batch: &RecordBatch, lengths: Vec<u32>) -> Result<RecordBatch> {
-    let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
-    fields.push(Arc::new(Field::new("__token_count", DataType::UInt32, false)));
-    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-    columns.push(Arc::new(UInt32Array::from(lengths)));
-    Ok(RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, batch.schema().metadata().clone())), columns)?)
 }

@@ -7,5 +7,5 @@ pub mod length_order;
 pub mod rule;
 
 pub use embed_exec::EmbedExec;
-pub use length_order::LengthOrderExec;
+pub use length_order::{LengthOrderExec, TokenCountExec};
 pub use rule::EmbedWriteRule;

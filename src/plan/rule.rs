@@ -1,6 +1,6 @@
 //! The write path's physical plan: in a plan that writes its rows (COPY, INSERT), every `AsyncFuncExec`
-//! that calls only `embed()` becomes an [`EmbedExec`] over one partition, with a [`LengthOrderExec`]
-//! under it when `embed.order` is 'length'. EXPLAIN shows both.
+//! that calls only `embed()` becomes an [`EmbedExec`] over one partition, with the ordering stage
+//! ([`super::length_order`]) under it when `embed.order` is 'length'. EXPLAIN shows them all.
 //!
 //! Only writes are reordered: their rows carry their ids into the output, so their order does not
 //! matter. A plain SELECT keeps its input order, which a caller may rely on to pair vectors with texts;
@@ -22,10 +22,12 @@ use datafusion::physical_plan::async_func::AsyncFuncExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use super::{EmbedExec, LengthOrderExec};
+use super::EmbedExec;
+use super::length_order::length_order;
 use crate::lance::LanceSink;
 use crate::metrics::RunMetrics;
-use crate::options::{EmbedOptions, ORIGINAL_BATCH_ROWS};
+use crate::model::ORIGINAL_BATCH_ROWS;
+use crate::options::EmbedOptions;
 
 /// The physical optimizer rule described in the module docs.
 #[derive(Debug)]
@@ -62,8 +64,7 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
                 input = Arc::new(CoalescePartitionsExec::new(input));
             }
             if by_length && let Some(Some(text)) = texts.into_iter().next() {
-                input =
-                    Arc::new(LengthOrderExec::try_new(input, text, options.clone())?.with_run_metrics(metrics.clone()));
+                input = length_order(input, text, &options, metrics.clone())?;
             }
             let embed = EmbedExec::try_new(
                 input,

@@ -21,8 +21,9 @@ use datafusion::logical_expr::{
 
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint, interrupt};
 use crate::metrics::RunMetrics;
-use crate::model::{EmbedStats, ModelSpec, TextEmbedder, registry};
-use crate::options::{CallSettings, EmbedOptions};
+use crate::model::CallSettings;
+use crate::model::{EmbedStats, ModelSpec, TextEmbedder};
+use crate::options::EmbedOptions;
 
 /// The vector type for a model of `dim` dimensions.
 pub fn vector_type(dim: usize) -> DataType {
@@ -167,7 +168,7 @@ fn embed_array(
     resolved: &Resolved,
     metrics: &RunMetrics,
 ) -> Result<(ArrayRef, EmbedStats)> {
-    let embedder = registry::for_options(options)?;
+    let embedder = options.embedder()?;
     let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);

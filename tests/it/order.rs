@@ -1,4 +1,5 @@
-//! The length-ordering stage: in the plan, longest first, windows, whole-input ordering that spills,
+//! The length-ordering stage: in the plan, longest first, windows, whole-input ordering that spills
+//! through DataFusion's sort under the session's memory limit,
 //! rows keyed correctly after reordering, and the same vectors as the original order.
 
 use std::collections::HashMap;
@@ -87,15 +88,16 @@ async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
 }
 
 #[tokio::test]
-async fn whole_input_ordering_spills_beyond_its_memory_and_stays_exact() {
+async fn whole_input_ordering_spills_beyond_the_session_memory_limit_and_stays_exact() {
     let tmp = tempfile::tempdir().unwrap();
     let s = session();
     sql(
         &s,
         &format!(
             "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; \
-             SET embed.order_window = 0; SET embed.order_memory = 1; {}",
-            cats(tmp.path(), 100)
+             SET datafusion.runtime.memory_limit = '16K'; SET datafusion.execution.sort_spill_reservation_bytes = 0; \
+             SET embed.order_window = 0; {}",
+            cats(tmp.path(), 300)
         ),
     )
     .await
@@ -105,21 +107,68 @@ async fn whole_input_ordering_spills_beyond_its_memory_and_stays_exact() {
         tmp.path().display()
     );
     let analyzed = strings(&sql(&s, &format!("EXPLAIN ANALYZE {copy}")).await.unwrap(), "plan").join("\n");
-    let line = analyzed.lines().find(|l| l.contains("LengthOrderExec")).unwrap_or_default().to_string();
-    assert!(
-        line.contains("window=whole input") && line.contains("spill_count=7"),
-        "100 rows in batches of 16 spill 7 runs: {line}"
-    );
+    let line = |name: &str| analyzed.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
+    assert!(line("LengthOrderExec").contains("window=whole input, sorted below"), "{analyzed}");
+    let sort = line("SortExec");
+    assert!(sort.contains("expr=[__token_count@"), "DataFusion's sort orders by the token count: {sort}");
+    let spills: u64 = sort.split("spill_count=").nth(1).and_then(|r| r.split(',').next()).unwrap().parse().unwrap();
+    assert!(spills >= 2, "300 rows against a 16 KB memory limit spill more than once: {sort}");
     let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
-    assert_eq!(ks.len(), 100);
+    assert_eq!(ks.len(), 300);
     assert!(ks.windows(2).all(|w| w[0] >= w[1]), "the merged runs are longest first: {ks:?}");
     let original = sql(&s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
     let (a, b) = (by_id(&ordered), by_id(&original));
-    assert_eq!(a.len(), 100, "every row exactly once");
+    assert_eq!(a.len(), 300, "every row exactly once");
     for (id, v) in &a {
         assert_eq!(v, &b[id], "id {id}");
     }
+}
+
+#[tokio::test]
+async fn a_window_the_memory_limit_will_not_hold_is_passed_on_early_and_every_row_arrives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = session();
+    sql(
+        &s,
+        &format!(
+            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; \
+             SET datafusion.runtime.memory_limit = '16K'; {}",
+            cats(tmp.path(), 300)
+        ),
+    )
+    .await
+    .unwrap();
+    let ordered = through_lance(&s, tmp.path(), "windows", "SELECT id, k, embed(text) AS v FROM docs").await;
+    let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
+    let ids: std::collections::HashSet<String> = strings(&ordered, "id").into_iter().collect();
+    assert_eq!((ks.len(), ids.len()), (300, 300), "every row exactly once");
+    // The default window is 65,536 rows; the 16 KB limit cuts it into several, each longest first.
+    let rises = ks.windows(2).filter(|w| w[0] < w[1]).count();
+    assert!(rises >= 2, "windows passed on early: {ks:?}");
+}
+
+#[test]
+fn order_memory_is_still_accepted_and_says_it_is_deprecated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let create = cats(tmp.path(), 4);
+    let job = format!(
+        "SET embed.model = '{}';\nSET embed.order_memory = 1000000;\n{create};\n\
+         COPY (SELECT id, embed(text) AS v FROM docs) TO 'out.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(tmp.path().join("job.sql"), job).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--quiet", "job.sql"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("embed.order_memory is deprecated") && stderr.contains("datafusion.runtime.memory_limit"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -1,0 +1,29 @@
+//! What shapes each model call (ordering, truncation, pooling, normalisation, batch budgets), resolved
+//! by the caller (the SQL side resolves its `embed.*` options into these) before the model sees them.
+
+use crate::model::{Pooling, TruncationSide};
+
+/// How rows are grouped into model calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Longest first, with token-budget batches.
+    Length,
+    /// Input order, in fixed batches of [`ORIGINAL_BATCH_ROWS`] rows (the baseline).
+    Original,
+}
+
+/// Rows per model call in the 'original' order: sentence-transformers' default batch size.
+pub const ORIGINAL_BATCH_ROWS: usize = 32;
+
+/// The settings that shape each model call, resolved against the model's own configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallSettings {
+    pub order: Order,
+    pub max_tokens: usize,
+    pub truncation: TruncationSide,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    pub batch_tokens: usize,
+    pub max_batch_rows: usize,
+    pub prefix: String,
+}
