@@ -3,11 +3,13 @@
 //! - [`fingerprint`]: the settings that decide a vector (model and tokenizer hashes, truncation,
 //!   pooling, normalisation, prefix, dtype, dimension). Kept with the dataset; an append under another
 //!   fingerprint is refused.
+//! - [`plan`]: what `pipeline plan` prepares before renting: totals, work units, the source as it was.
 //! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
 
 pub mod fingerprint;
 pub mod ids;
 pub mod interrupt;
+pub mod plan;
 pub mod record;
 
 pub use fingerprint::{FINGERPRINT_KEY, Fingerprint};

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod invariance;
 pub mod job;
 pub mod json_lines;
+pub mod plan;
 pub mod run;
 
 use std::path::PathBuf;
@@ -56,6 +57,24 @@ pub enum Command {
         /// Print only results and errors.
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Prepare a job's writes before renting a GPU, on any machine: check the ids, count the tokens and
+    /// truncation exactly as the run will, order the rows longest first and cut them into work units,
+    /// kept in <output>.plan/ (plan.json and the work list).
+    Plan {
+        /// The job file.
+        file: PathBuf,
+        /// Print the plans as JSON.
+        #[arg(long)]
+        json: bool,
+        /// At most this many work units, of equal tokens.
+        #[arg(long, conflicts_with = "unit_tokens")]
+        units: Option<u64>,
+        /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
+        #[arg(long, default_value_t = plan::DEFAULT_UNIT_TOKENS)]
+        unit_tokens: u64,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -162,6 +181,11 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             stop_on_signals();
             run::run_file(&file, restart, device, quiet).await
+        }
+        Command::Plan { file, json, units, unit_tokens, runtime } => {
+            runtime.apply();
+            let size = units.map_or(plan::UnitSize::Tokens(unit_tokens), plan::UnitSize::Count);
+            plan::plan_file(&file, json, size).await
         }
         Command::Devices { json, runtime } => {
             runtime.apply();

@@ -655,11 +655,20 @@ impl Embedder {
     /// Each text's token count as the model will see it (after the prefix and truncation, special
     /// tokens included); 0 for NULL. This is what the length ordering sorts by.
     pub fn token_lengths(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<usize>> {
+        Ok(self.token_counts(texts, settings)?.into_iter().map(|(kept, _)| kept).collect())
+    }
+
+    /// Each text's token count as the model will see it, and the tokens truncation cuts from it (with
+    /// truncation 'error', the excess); (0, 0) for NULL.
+    pub fn token_counts(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<(usize, usize)>> {
         let present: Vec<String> = texts.iter().flatten().map(|t| format!("{}{t}", settings.prefix)).collect();
         let strs: Vec<&str> = present.iter().map(String::as_str).collect();
-        let mut counts =
-            self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?.into_iter().map(|t| t.ids.len());
-        Ok(texts.iter().map(|t| if t.is_some() { counts.next().unwrap_or(0) } else { 0 }).collect())
+        let mut counts = self
+            .tokenizer
+            .tokenize(&strs, settings.max_tokens, settings.truncation)?
+            .into_iter()
+            .map(|t| (t.ids.len(), t.dropped));
+        Ok(texts.iter().map(|t| if t.is_some() { counts.next().unwrap_or((0, 0)) } else { (0, 0) }).collect())
     }
 }
 

@@ -45,6 +45,9 @@ use crate::udf::embed::string_values;
 /// The column [`TokenCountExec`] appends: each row's token count, as `embed` will feed it.
 pub const TOKEN_COUNT: &str = "__token_count";
 
+/// The column [`TokenCountExec::with_dropped_tokens`] appends after it: the tokens truncation cuts.
+pub const DROPPED_TOKENS: &str = "__dropped_tokens";
+
 /// Most bytes of rows one window holds (`embed.order_window` > 0) before it is ordered and passed on.
 pub const WINDOW_BYTES: usize = 64 * 1024 * 1024;
 
@@ -69,7 +72,7 @@ pub fn length_order(
 }
 
 /// The ordering on [`TOKEN_COUNT`], largest first.
-fn longest_first(schema: &SchemaRef) -> Result<LexOrdering> {
+pub fn longest_first(schema: &SchemaRef) -> Result<LexOrdering> {
     let count = Arc::new(Column::new_with_schema(TOKEN_COUNT, schema)?);
     let options = SortOptions { descending: true, nulls_first: false };
     LexOrdering::new([PhysicalSortExpr::new(count, options)])
@@ -87,21 +90,47 @@ pub struct TokenCountExec {
     properties: Arc<PlanProperties>,
     /// The run's counters, told each batch's token count (for the progress display).
     run: Option<Arc<RunMetrics>>,
+    /// Whether to append [`DROPPED_TOKENS`] too.
+    dropped: bool,
 }
 
 impl TokenCountExec {
     /// Count the tokens of `text` (an expression over `input`) on every row of `input`.
     pub fn try_new(input: Arc<dyn ExecutionPlan>, text: Arc<dyn PhysicalExpr>, options: EmbedOptions) -> Result<Self> {
+        let properties = Self::properties_for(&input, false);
+        Ok(Self { input, text, options, properties, run: None, dropped: false })
+    }
+
+    fn properties_for(input: &Arc<dyn ExecutionPlan>, dropped: bool) -> Arc<PlanProperties> {
         let mut fields: Vec<Arc<Field>> = input.schema().fields().iter().cloned().collect();
         fields.push(Arc::new(Field::new(TOKEN_COUNT, DataType::UInt32, false)));
+        if dropped {
+            fields.push(Arc::new(Field::new(DROPPED_TOKENS, DataType::UInt32, false)));
+        }
         let schema = Arc::new(Schema::new_with_metadata(fields, input.schema().metadata().clone()));
-        let properties = Arc::new(PlanProperties::new(
+        Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema),
             input.output_partitioning().clone(),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        ));
-        Ok(Self { input, text, options, properties, run: None })
+        ))
+    }
+
+    /// Also append [`DROPPED_TOKENS`], for an account of truncation (`pipeline plan`).
+    pub fn with_dropped_tokens(mut self) -> Self {
+        self.dropped = true;
+        self.properties = Self::properties_for(&self.input, true);
+        self
+    }
+
+    /// The rows counted.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// The text whose tokens are counted, an expression over [`Self::input`].
+    pub fn text(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.text
     }
 
     /// Tell `run` the token counts as they are made.
@@ -133,13 +162,14 @@ impl ExecutionPlan for TokenCountExec {
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let input =
             children.into_iter().next().ok_or_else(|| exec_datafusion_err!("TokenCountExec needs one child"))?;
-        Ok(Arc::new(
-            Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone()),
-        ))
+        let node =
+            Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone());
+        Ok(Arc::new(if self.dropped { node.with_dropped_tokens() } else { node }))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let mut input = self.input.execute(partition, context)?;
+        let dropped = self.dropped;
         let (settings, _) = Fingerprint::for_options(&self.options)?;
         let (options, text, run, schema) =
             (self.options.clone(), Arc::clone(&self.text), self.run.clone(), self.schema());
@@ -153,17 +183,20 @@ impl ExecutionPlan for TokenCountExec {
                 let batch = batch?;
                 let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
                 let (embedder, settings) = (Arc::clone(&embedder), settings.clone());
-                let lengths = tokio::task::spawn_blocking(move || -> Result<Vec<u32>> {
-                    let values = string_values(&texts)?;
-                    Ok(embedder.token_lengths(&values, &settings)?.into_iter().map(|n| n as u32).collect())
+                let counts = tokio::task::spawn_blocking(move || -> Result<Vec<(usize, usize)>> {
+                    Ok(embedder.token_counts(&string_values(&texts)?, &settings)?)
                 })
                 .await
                 .map_err(|e| exec_datafusion_err!("token counting failed: {e}"))??;
+                let lengths: UInt32Array = counts.iter().map(|(kept, _)| *kept as u32).collect();
                 if let Some(run) = &run {
-                    run.record_counted(lengths.len() as u64, lengths.iter().map(|n| *n as u64).sum());
+                    run.record_counted(lengths.len() as u64, lengths.values().iter().map(|n| *n as u64).sum());
                 }
                 let mut columns = batch.columns().to_vec();
-                columns.push(Arc::new(UInt32Array::from(lengths)));
+                columns.push(Arc::new(lengths));
+                if dropped {
+                    columns.push(Arc::new(counts.iter().map(|(_, cut)| *cut as u32).collect::<UInt32Array>()));
+                }
                 let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
                 let counted = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
                 if tx.send(Ok(counted)).await.is_err() {

@@ -9,5 +9,6 @@ mod integrity;
 mod messages;
 mod model;
 mod order;
+mod plan;
 mod resume;
 mod sql;

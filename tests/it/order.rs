@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
+use datafusion::arrow::array::RecordBatch;
 use serde_json::Value;
 
 use crate::common::{model_dir, session, sql, strings, vectors};
@@ -23,21 +24,41 @@ fn cats(dir: &Path, n: usize) -> String {
     format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{}'", p.display())
 }
 
-fn by_id(batches: &[datafusion::arrow::array::RecordBatch]) -> HashMap<String, Vec<f32>> {
+fn by_id(batches: &[RecordBatch]) -> HashMap<String, Vec<f32>> {
     strings(batches, "id").into_iter().zip(vectors(batches, "v")).map(|(id, v)| (id, v.unwrap())).collect()
 }
 
 /// Write `select` into a new Lance dataset in `dir` and read it back in written order.
-async fn through_lance(
-    s: &embedding_pipeline::EmbedSession,
-    dir: &Path,
-    name: &str,
-    select: &str,
-) -> Vec<datafusion::arrow::array::RecordBatch> {
+async fn through_lance(s: &embedding_pipeline::EmbedSession, dir: &Path, name: &str, select: &str) -> Vec<RecordBatch> {
     let out = dir.join(format!("{name}.lance"));
     sql(s, &format!("COPY ({select}) TO '{}' STORED AS LANCE", out.display())).await.unwrap();
     sql(s, &format!("CREATE EXTERNAL TABLE {name} STORED AS LANCE LOCATION '{}'", out.display())).await.unwrap();
     sql(s, &format!("SELECT * FROM {name}")).await.unwrap()
+}
+
+/// A session on one partition, reading `n` rows of cats in batches of 16, after `settings`.
+async fn cats_in_small_batches(dir: &Path, n: usize, settings: &str) -> embedding_pipeline::EmbedSession {
+    let s = session();
+    let setup = format!(
+        "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {settings} {}",
+        cats(dir, n)
+    );
+    sql(&s, &setup).await.unwrap();
+    s
+}
+
+/// Each vector of `ordered` is its own text's: the same as in the original order.
+async fn assert_same_vectors_as_the_original_order(
+    s: &embedding_pipeline::EmbedSession,
+    ordered: &[RecordBatch],
+    n: usize,
+) {
+    let original = sql(s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
+    let (a, b) = (by_id(ordered), by_id(&original));
+    assert_eq!(a.len(), n, "every row exactly once");
+    for (id, v) in &a {
+        assert_eq!(v, &b[id], "id {id}");
+    }
 }
 
 #[tokio::test]
@@ -60,17 +81,7 @@ async fn explain_shows_the_ordering_stage_on_writes_only() {
 #[tokio::test]
 async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = session();
-    sql(
-        &s,
-        &format!(
-            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {}",
-            cats(tmp.path(), 120)
-        ),
-    )
-    .await
-    .unwrap();
-    sql(&s, "SET embed.order_window = 40").await.unwrap();
+    let s = cats_in_small_batches(tmp.path(), 120, "SET embed.order_window = 40;").await;
     let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
     assert_eq!(ks.len(), 120);
@@ -78,30 +89,15 @@ async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
         assert!(window.windows(2).all(|w| w[0] >= w[1]), "not longest first within a window: {window:?}");
     }
     assert!(ks.windows(2).any(|w| w[0] < w[1]), "windows are ordered separately, not as one");
-    // Each vector is its own text's: the same as in the original order.
-    let original = sql(&s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
-    let (a, b) = (by_id(&ordered), by_id(&original));
-    assert_eq!(a.len(), 120);
-    for (id, v) in &a {
-        assert_eq!(v, &b[id], "id {id}");
-    }
+    assert_same_vectors_as_the_original_order(&s, &ordered, 120).await;
 }
 
 #[tokio::test]
 async fn whole_input_ordering_spills_beyond_the_session_memory_limit_and_stays_exact() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = session();
-    sql(
-        &s,
-        &format!(
-            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; \
-             SET datafusion.runtime.memory_limit = '16K'; SET datafusion.execution.sort_spill_reservation_bytes = 0; \
-             SET embed.order_window = 0; {}",
-            cats(tmp.path(), 300)
-        ),
-    )
-    .await
-    .unwrap();
+    let limits =
+        "SET datafusion.runtime.memory_limit = '16K'; SET datafusion.execution.sort_spill_reservation_bytes = 0;";
+    let s = cats_in_small_batches(tmp.path(), 300, &format!("{limits} SET embed.order_window = 0;")).await;
     let copy = format!(
         "COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/analyzed.lance' STORED AS LANCE",
         tmp.path().display()
@@ -117,28 +113,13 @@ async fn whole_input_ordering_spills_beyond_the_session_memory_limit_and_stays_e
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
     assert_eq!(ks.len(), 300);
     assert!(ks.windows(2).all(|w| w[0] >= w[1]), "the merged runs are longest first: {ks:?}");
-    let original = sql(&s, "SET embed.order = 'original'; SELECT id, embed(text) AS v FROM docs").await.unwrap();
-    let (a, b) = (by_id(&ordered), by_id(&original));
-    assert_eq!(a.len(), 300, "every row exactly once");
-    for (id, v) in &a {
-        assert_eq!(v, &b[id], "id {id}");
-    }
+    assert_same_vectors_as_the_original_order(&s, &ordered, 300).await;
 }
 
 #[tokio::test]
 async fn a_window_the_memory_limit_will_not_hold_is_passed_on_early_and_every_row_arrives() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = session();
-    sql(
-        &s,
-        &format!(
-            "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; \
-             SET datafusion.runtime.memory_limit = '16K'; {}",
-            cats(tmp.path(), 300)
-        ),
-    )
-    .await
-    .unwrap();
+    let s = cats_in_small_batches(tmp.path(), 300, "SET datafusion.runtime.memory_limit = '16K';").await;
     let ordered = through_lance(&s, tmp.path(), "windows", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
     let ids: std::collections::HashSet<String> = strings(&ordered, "id").into_iter().collect();

@@ -1,0 +1,323 @@
+//! `pipeline plan job.sql [--json] [--units N | --unit-tokens T]`: on any machine, no GPU needed, prepare
+//! each write of a job into Lance: check its ids as the run does, count its tokens exactly as the run will
+//! (same tokenizer, prefix, limit and side), order its rows longest first with the ordering stage's own
+//! nodes (DataFusion's sort, spilling under `datafusion.runtime.memory_limit`), cut them into work units,
+//! and keep all of it in the plan directory `<output>.plan/`: `plan.json` and the work list.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow, bail};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{Schema, UInt32Type};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::campaign::ids::check_ids;
+use crate::campaign::plan::{
+    Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN, UnitCutter,
+    WORK_LIST_FILE,
+};
+use crate::lance::LanceTable;
+use crate::lance::resume::{WriteTarget, write_target};
+use crate::lance::sink::fingerprint_of_columns;
+use crate::metrics::RunMetrics;
+use crate::model::TruncationSide;
+use crate::options::EmbedOptions;
+use crate::plan::TokenCountExec;
+use crate::plan::length_order::{DROPPED_TOKENS, TOKEN_COUNT, longest_first};
+use crate::script::{parse_all, split_statements};
+use crate::session::EmbedSession;
+
+/// Useful tokens a work unit holds at most, unless `--units` or `--unit-tokens` says otherwise.
+pub const DEFAULT_UNIT_TOKENS: u64 = 1_000_000;
+
+/// How big the work units are.
+#[derive(Debug, Clone, Copy)]
+pub enum UnitSize {
+    /// About this many units in all.
+    Count(u64),
+    /// About this many useful tokens each (see [`UnitCutter`]).
+    Tokens(u64),
+}
+
+/// Plan every write into Lance of the job file, and print what was found.
+pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
+    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    // Planned as a fresh start: the plan covers the whole input, whatever an output already holds (the run
+    // skips the ids already there).
+    let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
+    let ctx = session.context();
+    parse_all(&ctx.state(), &statements).map_err(|(i, e)| {
+        anyhow!(
+            "{}: statement {} (line {}) does not parse: {e}",
+            file.display(),
+            statements[i].index,
+            statements[i].line
+        )
+    })?;
+    let mut plans = Vec::new();
+    for stmt in &statements {
+        let at = || format!("{}: statement {} (line {})", file.display(), stmt.index, stmt.line);
+        let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await.with_context(at)?;
+        if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+            ctx.execute_logical_plan(plan).await.with_context(at)?;
+        } else if let Some(target) = write_target(&plan) {
+            let made = make_plan(&session, &plan, &target, size).await.map_err(|e| anyhow!("{}: {e:#}", at()))?;
+            plans.push(made);
+        }
+    }
+    if plans.is_empty() {
+        bail!(
+            "{} writes nothing into Lance (COPY … STORED AS LANCE, INSERT INTO a Lance table): nothing to plan",
+            file.display()
+        );
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
+    } else {
+        for (plan, dir) in &plans {
+            print_summary(plan, dir);
+        }
+    }
+    Ok(())
+}
+
+/// The plan directory of an output.
+pub fn plan_dir(output: &str) -> PathBuf {
+    PathBuf::from(format!("{}.plan", output.trim_end_matches('/')))
+}
+
+async fn make_plan(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+    size: UnitSize,
+) -> anyhow::Result<(Plan, PathBuf)> {
+    let state = session.context().state();
+    let options = EmbedOptions::from_config(state.config_options());
+    if !options.order.eq_ignore_ascii_case("length") {
+        bail!("a plan orders the rows by length; remove SET embed.order = '{}'", options.order);
+    }
+    if target.uri.contains("://") {
+        bail!("a plan is kept beside its output, and {} is not on this machine's disk", target.uri);
+    }
+    let column = &options.id_column;
+    let check = check_ids(&state, &target.input, column).await?;
+    if let Some(problem) = check.problem(column) {
+        bail!(problem);
+    }
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?
+        .ok_or_else(|| anyhow!("the write into {} has no embed() column: there is nothing to plan", target.uri))?;
+    let sources = snapshot_sources(&target.input).await?;
+
+    // The run's own ordering nodes, found in the write's physical plan, counting truncation too.
+    let physical = state.create_physical_plan(write).await?;
+    let mut found = None;
+    physical.apply(|node| {
+        if let Some(counter) = node.as_ref().downcast_ref::<TokenCountExec>() {
+            found = Some((Arc::clone(counter.input()), Arc::clone(counter.text())));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let (input, text) = found.ok_or_else(|| anyhow!("the write into {} has no embed(text) to order", target.uri))?;
+    let counted = Arc::new(RunMetrics::default());
+    let counter = TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?
+        .with_run_metrics(Some(Arc::clone(&counted)))
+        .with_dropped_tokens();
+    let counter: Arc<dyn ExecutionPlan> = Arc::new(counter);
+    let sorted = SortExec::new(longest_first(&counter.schema())?, Arc::clone(&counter));
+    let mut stream = sorted.execute(0, state.task_ctx())?;
+
+    let (settings, _) = crate::campaign::Fingerprint::for_options(&options)?;
+    let dir = plan_dir(&target.uri);
+    let staging = PathBuf::from(format!("{}.tmp-{}", dir.display(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).with_context(|| format!("cannot create {}", staging.display()))?;
+    let mut totals = Totals { max_tokens: settings.max_tokens as u64, ..Totals::default() };
+    let mut histogram = Histogram::new(totals.max_tokens);
+    let mut cutter: Option<UnitCutter> = None;
+    let mut writer: Option<ArrowWriter<File>> = None;
+    let id_index = counter.schema().index_of(column)?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        // Every row is counted before the sort gives its first: the total is known here.
+        let cutter = cutter.get_or_insert_with(|| {
+            UnitCutter::new(match size {
+                UnitSize::Tokens(t) => t,
+                UnitSize::Count(n) => counted.counted().1.div_ceil(n.max(1)),
+            })
+        });
+        let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let kept = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
+        let cut = batch.column_by_name(DROPPED_TOKENS).expect("counted").as_primitive::<UInt32Type>().clone();
+        let mut units = Vec::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let (k, d) = (u64::from(kept.value(row)), u64::from(cut.value(row)));
+            // Under truncation 'error' nothing is cut: the count is the whole text, the excess beside it.
+            let whole = if settings.truncation == TruncationSide::Error { k } else { k + d };
+            totals.rows += 1;
+            if texts.is_null(row) {
+                totals.null_texts += 1;
+            } else {
+                if d > 0 && settings.truncation == TruncationSide::Error {
+                    let id = datafusion::arrow::util::display::array_value_to_string(batch.column(id_index), row)?;
+                    bail!(
+                        "the text of {column} {id} has {} tokens, above embed.max_tokens = {}, and embed.truncation \
+                         is 'error'. Shorten it, raise embed.max_tokens, or SET embed.truncation = 'right'",
+                        whole,
+                        totals.max_tokens
+                    );
+                }
+                totals.documents += 1;
+                totals.useful_tokens += k;
+                totals.tokens_before_truncation += whole;
+                totals.truncated_documents += u64::from(d > 0);
+                totals.dropped_tokens += d;
+                histogram.add(whole);
+            }
+            units.push(cutter.push(kept.value(row)));
+        }
+        let row = work_list_rows(&batch, units)?;
+        let writer = match &mut writer {
+            Some(w) => w,
+            None => {
+                writer.insert(ArrowWriter::try_new(File::create(staging.join(WORK_LIST_FILE))?, row.schema(), None)?)
+            }
+        };
+        writer.write(&row)?;
+    }
+    match writer {
+        Some(w) => {
+            w.close()?;
+        }
+        None => {
+            let empty = work_list_rows(&RecordBatch::new_empty(counter.schema()), Vec::new())?;
+            ArrowWriter::try_new(File::create(staging.join(WORK_LIST_FILE))?, empty.schema(), None)?.close()?;
+        }
+    }
+    histogram.finish(&totals);
+    let plan = Plan {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        output: target.uri.clone(),
+        fingerprint,
+        sources,
+        totals,
+        unit_tokens: cutter.as_ref().map_or(0, |c| c.unit_tokens()),
+        units: cutter.map(|c| c.units).unwrap_or_default(),
+        histogram,
+    };
+    std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot replace the old plan {}", dir.display()))?;
+    }
+    std::fs::rename(&staging, &dir).with_context(|| format!("cannot move the plan into {}", dir.display()))?;
+    Ok((plan, dir))
+}
+
+/// A sorted batch as work-list rows: the write's input columns, the token count, and the unit.
+fn work_list_rows(batch: &RecordBatch, units: Vec<u32>) -> anyhow::Result<RecordBatch> {
+    let schema = batch.schema();
+    let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| schema.field(*i).name() != DROPPED_TOKENS).collect();
+    let kept = batch.project(&keep)?;
+    let mut fields: Vec<_> = kept.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+        UNIT_COLUMN,
+        datafusion::arrow::datatypes::DataType::UInt32,
+        false,
+    )));
+    let mut columns = kept.columns().to_vec();
+    columns.push(Arc::new(UInt32Array::from(units)));
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// What each source table of the write is now: its files' sizes, times and digests, or its Lance version.
+async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnapshot>> {
+    let mut scans = Vec::new();
+    input.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            scans.push((scan.table_name.to_string(), Arc::clone(&scan.source)));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let mut snapshots = Vec::new();
+    for (table, source) in scans {
+        let mut snapshot = SourceSnapshot { table, files: Vec::new(), lance: None, unchecked: None };
+        let provider = source_as_provider(&source)?;
+        if let Some(lance) = provider.as_ref().downcast_ref::<LanceTable>() {
+            let ds = crate::lance::open_dataset(lance.uri()).await?;
+            snapshot.lance = Some(LanceSnapshot { uri: lance.uri().to_string(), version: ds.version().version });
+        } else if let Some(listing) = provider.as_ref().downcast_ref::<ListingTable>() {
+            let extension = listing.options().file_extension.clone();
+            for url in listing.table_paths() {
+                let Some(path) = url.as_str().strip_prefix("file://") else {
+                    snapshot.unchecked = Some(format!("{url} is not on this machine's disk"));
+                    continue;
+                };
+                snapshot.files.extend(files_of(Path::new(path), &extension)?);
+            }
+        } else {
+            snapshot.unchecked = Some("not a file or Lance table".into());
+        }
+        snapshots.push(snapshot);
+    }
+    Ok(snapshots)
+}
+
+/// The files of a table path (a file, or a folder read recursively for files ending in `extension`), sorted.
+fn files_of(path: &Path, extension: &str) -> anyhow::Result<Vec<SourceFile>> {
+    let mut paths = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for entry in std::fs::read_dir(&p).with_context(|| format!("cannot list {}", p.display()))? {
+                stack.push(entry?.path());
+            }
+        } else if p == path || p.to_string_lossy().ends_with(extension) {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    paths.iter().map(|p| source_file(p)).collect()
+}
+
+/// One file's size, modification time and digest.
+pub fn source_file(path: &Path) -> anyhow::Result<SourceFile> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut File::open(path)?, &mut hasher)?;
+    let sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(SourceFile { path: path.display().to_string(), bytes: meta.len(), modified, sha256 })
+}
+
+fn print_summary(plan: &Plan, dir: &Path) {
+    let t = &plan.totals;
+    let pct = |a: u64, b: u64| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
+    println!("plan for {}: {}", plan.output, dir.display());
+    println!("  rows: {} ({} documents, {} NULL texts)", t.rows, t.documents, t.null_texts);
+    println!(
+        "  tokens: {} in the texts, {} fed to the model (embed.max_tokens = {})",
+        t.tokens_before_truncation, t.useful_tokens, t.max_tokens
+    );
+    println!(
+        "  truncation: {} documents ({:.1}%) cut, {} tokens ({:.1}%) dropped",
+        t.truncated_documents,
+        pct(t.truncated_documents, t.documents),
+        t.dropped_tokens,
+        pct(t.dropped_tokens, t.tokens_before_truncation)
+    );
+    println!("  units: {} of about {} useful tokens", plan.units.len(), plan.unit_tokens);
+    println!("  work list: {}", dir.join(WORK_LIST_FILE).display());
+}
