@@ -8,6 +8,8 @@ use crate::campaign::Fingerprint;
 
 /// The plan directory's file of the plan itself.
 pub const PLAN_FILE: &str = "plan.json";
+/// The plan directory's picture of the histogram.
+pub const HISTOGRAM_FILE: &str = "histogram.svg";
 /// The plan directory's work list: the rows in length order, with their token count and unit.
 pub const WORK_LIST_FILE: &str = "worklist.parquet";
 /// The work list's column of each row's unit.

@@ -4,6 +4,7 @@ pub mod compare;
 pub mod compare_order;
 pub mod devices;
 pub mod display;
+pub mod histogram;
 pub mod inspect;
 pub mod invariance;
 pub mod job;

@@ -2,7 +2,8 @@
 //! each write of a job into Lance: check its ids as the run does, count its tokens exactly as the run will
 //! (same tokenizer, prefix, limit and side), order its rows longest first with the ordering stage's own
 //! nodes (DataFusion's sort, spilling under `datafusion.runtime.memory_limit`), cut them into work units,
-//! and keep all of it in the plan directory `<output>.plan/`: `plan.json` and the work list.
+//! and keep all of it in the plan directory `<output>.plan/`: `plan.json`, the work list and a picture
+//! of the histogram.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use datafusion::arrow::datatypes::{Schema, UInt32Type};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
@@ -23,12 +24,12 @@ use sha2::{Digest, Sha256};
 
 use crate::campaign::ids::check_ids;
 use crate::campaign::plan::{
-    Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN, UnitCutter,
-    WORK_LIST_FILE,
+    HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN,
+    UnitCutter, WORK_LIST_FILE,
 };
-use crate::lance::LanceTable;
-use crate::lance::resume::{WriteTarget, write_target};
+use crate::lance::resume::{WriteTarget, dataset_exists, write_target};
 use crate::lance::sink::fingerprint_of_columns;
+use crate::lance::{LanceTable, dataset_uri};
 use crate::metrics::RunMetrics;
 use crate::model::TruncationSide;
 use crate::options::EmbedOptions;
@@ -68,7 +69,19 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
     let mut plans = Vec::new();
     for stmt in &statements {
         let at = || format!("{}: statement {} (line {})", file.display(), stmt.index, stmt.line);
+        // Set-up and writes only: a query may read an output that does not exist before the run.
+        let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+        if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
+            continue;
+        }
         let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await.with_context(at)?;
+        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
+            && c.file_type.eq_ignore_ascii_case("lance")
+            && !dataset_exists(&dataset_uri(&c.location))
+        {
+            // An output the job reads back after writing it: it does not exist before the run.
+            continue;
+        }
         if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
             ctx.execute_logical_plan(plan).await.with_context(at)?;
         } else if let Some(target) = write_target(&plan) {
@@ -219,6 +232,10 @@ async fn make_plan(
         histogram,
     };
     std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
+    let h = &plan.histogram;
+    let caption = super::histogram::caption(h, &plan.totals);
+    super::histogram::histogram_svg(&staging.join(HISTOGRAM_FILE), h.bin_width, &h.bins, h.limit, &caption)
+        .map_err(|e| anyhow!(e))?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("cannot replace the old plan {}", dir.display()))?;
     }
@@ -320,4 +337,5 @@ fn print_summary(plan: &Plan, dir: &Path) {
     );
     println!("  units: {} of about {} useful tokens", plan.units.len(), plan.unit_tokens);
     println!("  work list: {}", dir.join(WORK_LIST_FILE).display());
+    println!("  histogram: {}", dir.join(HISTOGRAM_FILE).display());
 }

@@ -59,7 +59,9 @@ async fn a_plan_counts_exactly_and_cuts_units_that_cover_every_row_once_in_lengt
          CREATE EXTERNAL TABLE b STORED AS CSV LOCATION 'b.csv' OPTIONS ('format.has_header' 'true');\n\
          CREATE EXTERNAL TABLE c STORED AS PARQUET LOCATION 'c.parquet';\n\
          COPY (SELECT id, embed(text) AS v FROM (SELECT id, text FROM a UNION ALL SELECT id, text FROM b \
-         UNION ALL SELECT id, text FROM c)) TO 'out/docs.lance' STORED AS LANCE;\n",
+         UNION ALL SELECT id, text FROM c)) TO 'out/docs.lance' STORED AS LANCE;\n\
+         CREATE EXTERNAL TABLE back STORED AS LANCE LOCATION 'out/docs.lance';\n\
+         SELECT count(*) FROM back;\n",
         model_dir().display()
     );
     std::fs::write(dir.join("job.sql"), job).unwrap();
@@ -104,6 +106,9 @@ async fn a_plan_counts_exactly_and_cuts_units_that_cover_every_row_once_in_lengt
     // The work list: every row once, longest first, in contiguous units within their budget.
     let plan_dir = dir.join("out/docs.lance.plan");
     assert!(plan_dir.join("plan.json").is_file());
+    let svg = std::fs::read_to_string(plan_dir.join("histogram.svg")).unwrap();
+    let caption = format!("{truncated} of {documents} texts");
+    assert!(svg.starts_with("<svg") && svg.contains(&caption) && svg.contains("limit: 16 tokens"), "{svg}");
     assert!(!dir.join("out/docs.lance").exists(), "planning writes no output");
     let work = format!(
         "CREATE EXTERNAL TABLE work STORED AS PARQUET LOCATION '{}'; SELECT * FROM work",
