@@ -319,6 +319,38 @@ pub fn source_file(path: &Path) -> anyhow::Result<SourceFile> {
     Ok(SourceFile { path: path.display().to_string(), bytes: meta.len(), modified, sha256 })
 }
 
+/// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
+pub fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let path = dir.join(PLAN_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let plan: Plan = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a plan this tool can read; run pipeline plan again", path.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(());
+    }
+    print_summary(&plan, dir);
+    println!("  made {} by version {}; fingerprint: {}", plan.created, plan.tool_version, plan.fingerprint.model);
+    for source in &plan.sources {
+        let what = match (&source.lance, &source.unchecked) {
+            (Some(l), _) => format!("Lance {} at version {}", l.uri, l.version),
+            (None, Some(why)) => format!("not checked: {why}"),
+            (None, None) => {
+                format!("{} file(s), {} bytes", source.files.len(), source.files.iter().map(|f| f.bytes).sum::<u64>())
+            }
+        };
+        println!("  source {}: {what}", source.table);
+    }
+    println!("  unit   first row       rows   useful tokens   longest  shortest");
+    for u in &plan.units {
+        println!(
+            "  {:>4} {:>11} {:>10} {:>15} {:>9} {:>9}",
+            u.unit, u.first_row, u.rows, u.useful_tokens, u.longest, u.shortest
+        );
+    }
+    Ok(())
+}
+
 fn print_summary(plan: &Plan, dir: &Path) {
     let t = &plan.totals;
     let pct = |a: u64, b: u64| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };

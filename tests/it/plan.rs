@@ -136,6 +136,18 @@ async fn a_plan_counts_exactly_and_cuts_units_that_cover_every_row_once_in_lengt
         }
     }
 
+    // inspect reads the plan directory back.
+    let o = pipeline(&["inspect", "out/docs.lance.plan", "--json"], dir);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let back: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(&back, plan, "inspect --json gives the plan back");
+    let o = pipeline(&["inspect", "out/docs.lance.plan"], dir);
+    let shown = text(&o).0;
+    assert!(
+        shown.contains("rows: 90") && shown.contains("source a: 1 file(s)") && shown.contains("unit   first row"),
+        "{shown}"
+    );
+
     // The human form says the same.
     let o = pipeline(&["plan", "job.sql", "--units", "3"], dir);
     let (stdout, stderr) = text(&o);
