@@ -71,10 +71,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// At most this many work units, of equal tokens.
-        #[arg(long, conflicts_with = "unit_tokens")]
+        #[arg(long, conflicts_with = "unit_tokens", value_parser = clap::value_parser!(u64).range(1..))]
         units: Option<u64>,
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
-        #[arg(long, default_value_t = plan::DEFAULT_UNIT_TOKENS)]
+        #[arg(long, default_value_t = plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
         unit_tokens: u64,
         #[command(flatten)]
         runtime: Runtime,

@@ -67,14 +67,19 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
         )
     })?;
     let mut plans = Vec::new();
+    let mut json_sources = Vec::new();
     for stmt in &statements {
-        let at = || format!("{}: statement {} (line {})", file.display(), stmt.index, stmt.line);
+        let fail = |sources: &[String], e: &dyn std::fmt::Display| {
+            let e = super::plain(&format!("{e:#}"));
+            anyhow!("{}: {e}", position(file, stmt.index, stmt.line, sources, &e))
+        };
         // Set-up and writes only: a query may read an output that does not exist before the run.
         let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
         if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
             continue;
         }
-        let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await.with_context(at)?;
+        let plan =
+            ctx.state().create_logical_plan(&stmt.positioned_sql()).await.map_err(|e| fail(&json_sources, &e))?;
         if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
             && c.file_type.eq_ignore_ascii_case("lance")
             && !dataset_exists(&dataset_uri(&c.location))
@@ -82,10 +87,15 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
             // An output the job reads back after writing it: it does not exist before the run.
             continue;
         }
+        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
+            && c.file_type.eq_ignore_ascii_case("json")
+        {
+            json_sources.push(c.location.clone());
+        }
         if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
-            ctx.execute_logical_plan(plan).await.with_context(at)?;
+            ctx.execute_logical_plan(plan).await.map_err(|e| fail(&json_sources, &e))?;
         } else if let Some(target) = write_target(&plan) {
-            let made = make_plan(&session, &plan, &target, size).await.map_err(|e| anyhow!("{}: {e:#}", at()))?;
+            let made = make_plan(&session, &plan, &target, size).await.map_err(|e| fail(&json_sources, &e))?;
             plans.push(made);
         }
     }
@@ -103,6 +113,19 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// Where a statement is, and for a JSON error the first bad line of the job's JSON sources (Arrow's JSON
+/// errors say what, not where), as `pipeline run` says it.
+fn position(file: &Path, index: usize, line: usize, json_sources: &[String], error: &str) -> String {
+    let located = json_sources
+        .iter()
+        .rev()
+        .filter(|_| error.contains("Json error"))
+        .find_map(|l| super::json_lines::first_bad_line(l))
+        .map(|(f, line, why)| format!(" ({} line {line}: {why})", f.display()))
+        .unwrap_or_default();
+    format!("{}: statement {index} (line {line}){located}", file.display())
 }
 
 /// The plan directory of an output.
@@ -157,6 +180,8 @@ async fn make_plan(
     let staging = PathBuf::from(format!("{}.tmp-{}", dir.display(), std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).with_context(|| format!("cannot create {}", staging.display()))?;
+    // A plan refused half-way (or stopped) leaves nothing behind.
+    let _cleanup = RemoveOnDrop(staging.clone());
     let mut totals = Totals { max_tokens: settings.max_tokens as u64, ..Totals::default() };
     let mut histogram = Histogram::new(totals.max_tokens);
     let mut cutter: Option<UnitCutter> = None;
@@ -241,6 +266,15 @@ async fn make_plan(
     }
     std::fs::rename(&staging, &dir).with_context(|| format!("cannot move the plan into {}", dir.display()))?;
     Ok((plan, dir))
+}
+
+/// Removes a directory when dropped, if it is still there.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A sorted batch as work-list rows: the write's input columns, the token count, and the unit.

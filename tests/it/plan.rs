@@ -179,9 +179,22 @@ fn bad_ids_and_a_text_past_the_limit_under_truncation_error_are_refused_at_plan_
     assert!(!Path::new(&dir.join("out/dup.lance.plan")).exists(), "a refused plan leaves no plan directory");
     let long = write("long", "SET embed.max_tokens = 16; SET embed.truncation = 'error';");
     assert!(long.contains("id long-one has 42 tokens, above embed.max_tokens = 16"), "{long}");
+    // (The output's lock file may stay, as after any run: planning the write takes the output's lock.)
+    let left: Vec<String> = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "a plan refused half-way leaves nothing: {left:?}");
     let nothing = {
         std::fs::write(dir.join("read.sql"), "SELECT 1;").unwrap();
         text(&pipeline(&["plan", "read.sql"], dir)).1
     };
     assert!(nothing.contains("writes nothing into Lance"), "{nothing}");
+    std::fs::write(dir.join("broken.jsonl"), "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\", \"text\":\n").unwrap();
+    let broken = write("broken", "");
+    assert!(broken.contains("broken.jsonl line 2"), "the bad line is named, as the run names it: {broken}");
+    let zero = text(&pipeline(&["plan", "broken.sql", "--units", "0"], dir)).1;
+    assert!(zero.contains("--units"), "{zero}");
 }
