@@ -44,6 +44,11 @@ pub struct Plan {
 pub struct SourceSnapshot {
     /// The table's name in the job.
     pub table: String,
+    /// Where a file table's files are (files or folders), and the ending its folders' files have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub file_extension: String,
     /// Its files, for a file table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<SourceFile>,

@@ -6,7 +6,7 @@ use crate::lance::inspect::inspect as report;
 pub async fn inspect(dataset: &str, id_column: &str, json: bool) -> anyhow::Result<()> {
     let plan_file = std::path::Path::new(dataset).join(crate::campaign::plan::PLAN_FILE);
     if plan_file.is_file() {
-        return super::plan::inspect_plan(std::path::Path::new(dataset), json);
+        return super::plan::inspect_plan(std::path::Path::new(dataset), json).await;
     }
     let r = report(&crate::lance::dataset_uri(dataset), id_column).await?;
     if json {

@@ -304,19 +304,27 @@ async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnaps
     })?;
     let mut snapshots = Vec::new();
     for (table, source) in scans {
-        let mut snapshot = SourceSnapshot { table, files: Vec::new(), lance: None, unchecked: None };
+        let mut snapshot = SourceSnapshot {
+            table,
+            locations: Vec::new(),
+            file_extension: String::new(),
+            files: Vec::new(),
+            lance: None,
+            unchecked: None,
+        };
         let provider = source_as_provider(&source)?;
         if let Some(lance) = provider.as_ref().downcast_ref::<LanceTable>() {
             let ds = crate::lance::open_dataset(lance.uri()).await?;
             snapshot.lance = Some(LanceSnapshot { uri: lance.uri().to_string(), version: ds.version().version });
         } else if let Some(listing) = provider.as_ref().downcast_ref::<ListingTable>() {
-            let extension = listing.options().file_extension.clone();
+            snapshot.file_extension = listing.options().file_extension.clone();
             for url in listing.table_paths() {
                 let Some(path) = url.as_str().strip_prefix("file://") else {
                     snapshot.unchecked = Some(format!("{url} is not on this machine's disk"));
                     continue;
                 };
-                snapshot.files.extend(files_of(Path::new(path), &extension)?);
+                snapshot.locations.push(path.to_string());
+                snapshot.files.extend(files_of(Path::new(path), &snapshot.file_extension)?);
             }
         } else {
             snapshot.unchecked = Some("not a file or Lance table".into());
@@ -324,6 +332,48 @@ async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnaps
         snapshots.push(snapshot);
     }
     Ok(snapshots)
+}
+
+/// What changed in a plan's sources since it was made, a line each (file added, removed, resized, content
+/// differs; Lance version moved); empty when nothing did.
+pub async fn source_changes(plan: &Plan) -> Vec<String> {
+    let mut changes = Vec::new();
+    for source in &plan.sources {
+        let table = &source.table;
+        if let Some(lance) = &source.lance {
+            match crate::lance::open_dataset(&lance.uri).await {
+                Ok(ds) if ds.version().version == lance.version => {}
+                Ok(ds) => changes.push(format!(
+                    "table {table}: {} is at version {}, planned at version {}",
+                    lance.uri,
+                    ds.version().version,
+                    lance.version
+                )),
+                Err(e) => changes.push(format!("table {table}: {} cannot be opened: {e}", lance.uri)),
+            }
+        }
+        let mut now = Vec::new();
+        for location in &source.locations {
+            if Path::new(location).exists() {
+                now.extend(files_of(Path::new(location), &source.file_extension).unwrap_or_default());
+            }
+        }
+        for file in &source.files {
+            match now.iter().find(|f| f.path == file.path) {
+                None => changes.push(format!("table {table}: {} was removed", file.path)),
+                Some(f) if f.bytes != file.bytes => changes
+                    .push(format!("table {table}: {} has {} bytes, planned with {}", f.path, f.bytes, file.bytes)),
+                Some(f) if f.sha256 != file.sha256 => {
+                    changes.push(format!("table {table}: {} has other content (its SHA-256 differs)", f.path))
+                }
+                Some(_) => {}
+            }
+        }
+        for f in now.iter().filter(|f| source.files.iter().all(|p| p.path != f.path)) {
+            changes.push(format!("table {table}: {} was added", f.path));
+        }
+    }
+    changes
 }
 
 /// The files of a table path (a file, or a folder read recursively for files ending in `extension`), sorted.
@@ -354,7 +404,7 @@ pub fn source_file(path: &Path) -> anyhow::Result<SourceFile> {
 }
 
 /// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
-pub fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
+pub async fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
     let path = dir.join(PLAN_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let plan: Plan = serde_json::from_str(&text)
@@ -374,6 +424,13 @@ pub fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
             }
         };
         println!("  source {}: {what}", source.table);
+    }
+    match source_changes(&plan).await.as_slice() {
+        [] => println!("  sources: unchanged since the plan"),
+        changes => {
+            println!("  sources: changed since the plan; run pipeline plan again:");
+            changes.iter().for_each(|c| println!("    {c}"));
+        }
     }
     println!("  unit   first row       rows   useful tokens   longest  shortest");
     for u in &plan.units {

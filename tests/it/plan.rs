@@ -148,6 +148,25 @@ async fn a_plan_counts_exactly_and_cuts_units_that_cover_every_row_once_in_lengt
         "{shown}"
     );
 
+    assert!(shown.contains("sources: unchanged since the plan"), "{shown}");
+    // A line appended, a text edited, a file removed: inspect names each change.
+    let (a_before, b_before) =
+        (std::fs::read(dir.join("a.jsonl")).unwrap(), std::fs::read_to_string(dir.join("b.csv")).unwrap());
+    let mut a = String::from_utf8(a_before.clone()).unwrap();
+    a.push_str("{\"id\": \"new\", \"text\": \"one more\"}\n");
+    std::fs::write(dir.join("a.jsonl"), a).unwrap();
+    let b = b_before.replacen("quick", "quack", 1);
+    std::fs::write(dir.join("b.csv"), b).unwrap();
+    std::fs::rename(dir.join("c.parquet"), dir.join("c.parquet.moved")).unwrap();
+    let shown = text(&pipeline(&["inspect", "out/docs.lance.plan"], dir)).0;
+    assert!(shown.contains("sources: changed since the plan"), "{shown}");
+    assert!(shown.contains("a.jsonl has ") && shown.contains("bytes, planned with"), "{shown}");
+    assert!(shown.contains("b.csv has other content (its SHA-256 differs)"), "{shown}");
+    assert!(shown.contains("c.parquet was removed"), "{shown}");
+    std::fs::rename(dir.join("c.parquet.moved"), dir.join("c.parquet")).unwrap();
+    std::fs::write(dir.join("a.jsonl"), a_before).unwrap();
+    std::fs::write(dir.join("b.csv"), b_before).unwrap();
+
     // The human form says the same.
     let o = pipeline(&["plan", "job.sql", "--units", "3"], dir);
     let (stdout, stderr) = text(&o);
