@@ -20,7 +20,6 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use futures::StreamExt;
-use sha2::{Digest, Sha256};
 
 use crate::campaign::ids::check_ids;
 use crate::campaign::plan::{
@@ -397,9 +396,7 @@ fn files_of(path: &Path, extension: &str) -> anyhow::Result<Vec<SourceFile>> {
 pub fn source_file(path: &Path) -> anyhow::Result<SourceFile> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut File::open(path)?, &mut hasher)?;
-    let sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let sha256 = crate::campaign::fingerprint::sha256_file(path)?;
     Ok(SourceFile { path: path.display().to_string(), bytes: meta.len(), modified, sha256 })
 }
 
