@@ -8,6 +8,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::campaign::RunRecord;
+use crate::campaign::plan::PlanInUse;
 use crate::campaign::{DeviceInfo, EmbedStats};
 
 /// One finished write into a Lance dataset.
@@ -44,6 +45,8 @@ pub struct RunMetrics {
     in_transit: Mutex<VecDeque<(u64, EmbedStats)>>,
     /// Embedding streams (`EmbedExec` partitions) alive now.
     embedding: std::sync::atomic::AtomicUsize,
+    /// The plans the writes now running execute, by output URI.
+    plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
 }
 
 /// Held by a live embedding stream; see [`RunMetrics::embedding_started`].
@@ -114,6 +117,22 @@ impl RunMetrics {
     /// Every write so far, in commit order.
     pub fn writes(&self) -> Vec<WriteReport> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Have the writes into `uri` read `plan`'s work list instead of their query's input, until
+    /// [`Self::forget_plan`]. Its checks against the job are the caller's.
+    pub fn use_plan(&self, uri: &str, plan: std::sync::Arc<PlanInUse>) {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).insert(uri.to_string(), plan);
+    }
+
+    /// The plan the writes into `uri` execute, if any.
+    pub fn plan_for(&self, uri: &str) -> Option<std::sync::Arc<PlanInUse>> {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).get(uri).cloned()
+    }
+
+    /// Writes into `uri` read their query's input again.
+    pub fn forget_plan(&self, uri: &str) {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).remove(uri);
     }
 
     /// Note a write made by DataFusion's own writer (not a Lance sink).

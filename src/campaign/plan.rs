@@ -2,7 +2,11 @@
 //! source was, the exact token totals, and the work units (contiguous ranges of the rows in length order).
 //! Kept as `plan.json` in the plan directory `<output>.plan/`, beside the work list of prepared rows.
 
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::campaign::Fingerprint;
 
@@ -26,6 +30,10 @@ pub struct Plan {
     pub output: String,
     /// The fingerprint the run's vectors will carry.
     pub fingerprint: Fingerprint,
+    /// SHA-256 of the write's query as planned (its tables, columns, filters and id column): a run whose
+    /// write reads otherwise is not this plan's.
+    #[serde(default)]
+    pub write_digest: String,
     /// The sources as they were when planned.
     pub sources: Vec<SourceSnapshot>,
     /// Counts over the whole input.
@@ -37,6 +45,104 @@ pub struct Plan {
     pub units: Vec<Unit>,
     /// How long the texts are, before truncation.
     pub histogram: Histogram,
+}
+
+impl Plan {
+    /// The plan kept in the plan directory `dir`, and the SHA-256 of its `plan.json`, which names it.
+    pub fn read(dir: &Path) -> Result<(Self, String), String> {
+        let path = dir.join(PLAN_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let plan = serde_json::from_slice(&bytes).map_err(|e| {
+            format!("{} is not a plan this version can read ({e}); run pipeline plan again", path.display())
+        })?;
+        Ok((plan, hex_sha256(&bytes)))
+    }
+}
+
+/// SHA-256 of some bytes, hex.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A plan a run is executing, and how far its units are done. The work list's reader notes where each
+/// unit ends among the rows it passes on; the sink, which receives those rows in the same order, asks at
+/// each commit how many units its committed rows complete.
+#[derive(Debug)]
+pub struct PlanInUse {
+    /// The plan directory.
+    pub dir: PathBuf,
+    pub plan: Plan,
+    /// SHA-256 of its `plan.json`.
+    pub digest: String,
+    progress: Mutex<UnitProgress>,
+}
+
+#[derive(Debug, Default)]
+struct UnitProgress {
+    /// Per unit read so far: the rows passed on for embedding when its last row had been read. Units
+    /// whose rows were all in the output already end where the rows before them did.
+    ends: Vec<u64>,
+    /// Rows committed so far by the write.
+    committed: u64,
+    /// Units done after the last commit.
+    done: u64,
+}
+
+impl PlanInUse {
+    /// The plan in the plan directory `dir`.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let (plan, digest) = Plan::read(dir)?;
+        Ok(Self { dir: dir.to_path_buf(), plan, digest, progress: Mutex::default() })
+    }
+
+    fn progress(&self) -> std::sync::MutexGuard<'_, UnitProgress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A write begins reading the work list: nothing passed on, nothing committed.
+    pub fn start(&self) {
+        *self.progress() = UnitProgress::default();
+    }
+
+    /// The next unit's last row was read, when `passed` rows had been passed on in all.
+    pub fn unit_read(&self, passed: u64) {
+        self.progress().ends.push(passed);
+    }
+
+    /// `rows` more rows were committed; the record of that commit.
+    pub fn committed(&self, rows: u64) -> PlanRecord {
+        let mut p = self.progress();
+        p.committed += rows;
+        let before = p.done;
+        p.done = p.ends.iter().filter(|end| **end <= p.committed).count() as u64;
+        PlanRecord {
+            path: self.dir.display().to_string(),
+            digest: self.digest.clone(),
+            units: self.plan.units.len() as u64,
+            units_done_before: before,
+            units_done: p.done,
+        }
+    }
+
+    /// Units whose rows are all committed (or were in the output already), and units in all.
+    pub fn units_done(&self) -> (u64, u64) {
+        (self.progress().done, self.plan.units.len() as u64)
+    }
+}
+
+/// What a commit made from a plan records: which plan, and the units done after it. Units are done in
+/// their order, so the units this commit completed are `units_done_before..units_done`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    /// The plan directory, as the run named it.
+    pub path: String,
+    /// SHA-256 of its `plan.json`.
+    pub digest: String,
+    /// Units in the plan.
+    pub units: u64,
+    /// Units done before this commit, and after it.
+    pub units_done_before: u64,
+    pub units_done: u64,
 }
 
 /// A source table as it was when planned.

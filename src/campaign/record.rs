@@ -46,6 +46,9 @@ pub struct RunRecord {
     /// Set when the dataset's previous run computed its vectors elsewhere (another device, provider or
     /// ONNX Runtime version): allowed, since the fingerprint matched, and recorded here.
     pub previous_device: Option<DeviceInfo>,
+    /// The plan the write executed (`pipeline plan`), and the units done after this commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<super::plan::PlanRecord>,
     /// Whether this commit ended its write (false for the intermediate commits of a long write).
     pub last_commit: bool,
     /// This tool's version.
@@ -79,6 +82,7 @@ impl RunRecord {
             useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
             device,
             previous_device: None,
+            plan: None,
             last_commit: true,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
         }

@@ -58,6 +58,13 @@ pub enum Command {
         /// Print only results and errors.
         #[arg(long, short)]
         quiet: bool,
+        /// Execute the plan in this directory (made by pipeline plan) instead of the one beside the
+        /// output (<output>.plan/, used when it exists).
+        #[arg(long, value_name = "DIR", conflicts_with = "no_plan")]
+        plan: Option<PathBuf>,
+        /// Do not execute a plan, even when <output>.plan/ exists: read and order the input as it is now.
+        #[arg(long)]
+        no_plan: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -178,10 +185,15 @@ pub enum Command {
 /// Run the parsed command line.
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { file, restart, device, quiet, runtime } => {
+        Command::Run { file, restart, device, quiet, plan, no_plan, runtime } => {
             runtime.apply();
             stop_on_signals();
-            run::run_file(&file, restart, device, quiet).await
+            let plans = match (plan, no_plan) {
+                (Some(dir), _) => run::PlanChoice::Dir(dir),
+                (None, true) => run::PlanChoice::Off,
+                (None, false) => run::PlanChoice::Beside,
+            };
+            run::run_file(&file, restart, device, quiet, &plans).await
         }
         Command::Plan { file, json, units, unit_tokens, runtime } => {
             runtime.apply();

@@ -127,6 +127,13 @@ fn position(file: &Path, index: usize, line: usize, json_sources: &[String], err
     format!("{}: statement {index} (line {line}){located}", file.display())
 }
 
+/// SHA-256 of what a write reads: its query's plan (tables, columns, filters) and its id column. The
+/// tables' files are checked apart from it, by [`compare_sources`].
+pub fn write_digest(target: &WriteTarget, id_column: &str) -> String {
+    let query = format!("{}\nid column: {id_column}", target.input.display_indent_schema());
+    crate::campaign::plan::hex_sha256(query.as_bytes())
+}
+
 /// The plan directory of an output.
 pub fn plan_dir(output: &str) -> PathBuf {
     PathBuf::from(format!("{}.plan", output.trim_end_matches('/')))
@@ -249,6 +256,7 @@ async fn make_plan(
         created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         output: target.uri.clone(),
         fingerprint,
+        write_digest: write_digest(target, column),
         sources,
         totals,
         unit_tokens: cutter.as_ref().map_or(0, |c| c.unit_tokens()),
@@ -293,7 +301,7 @@ fn work_list_rows(batch: &RecordBatch, units: Vec<u32>) -> anyhow::Result<Record
 }
 
 /// What each source table of the write is now: its files' sizes, times and digests, or its Lance version.
-async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnapshot>> {
+pub async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnapshot>> {
     let mut scans = Vec::new();
     input.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node {
@@ -333,32 +341,61 @@ async fn snapshot_sources(input: &LogicalPlan) -> anyhow::Result<Vec<SourceSnaps
     Ok(snapshots)
 }
 
-/// What changed in a plan's sources since it was made, a line each (file added, removed, resized, content
-/// differs; Lance version moved); empty when nothing did.
+/// What changed in a plan's sources since it was made (its tables' locations as they are now), a line
+/// each; empty when nothing did.
 pub async fn source_changes(plan: &Plan) -> Vec<String> {
-    let mut changes = Vec::new();
+    let mut now = Vec::new();
     for source in &plan.sources {
-        let table = &source.table;
-        if let Some(lance) = &source.lance {
-            match crate::lance::open_dataset(&lance.uri).await {
-                Ok(ds) if ds.version().version == lance.version => {}
-                Ok(ds) => changes.push(format!(
-                    "table {table}: {} is at version {}, planned at version {}",
-                    lance.uri,
-                    ds.version().version,
-                    lance.version
-                )),
-                Err(e) => changes.push(format!("table {table}: {} cannot be opened: {e}", lance.uri)),
-            }
+        now.push(current(source).await);
+    }
+    compare_sources(&plan.sources, &now)
+}
+
+/// A planned source as it is now, at the same locations.
+async fn current(planned: &SourceSnapshot) -> SourceSnapshot {
+    let mut now = SourceSnapshot { files: Vec::new(), lance: None, ..planned.clone() };
+    if let Some(lance) = &planned.lance {
+        match crate::lance::open_dataset(&lance.uri).await {
+            Ok(ds) => now.lance = Some(LanceSnapshot { uri: lance.uri.clone(), version: ds.version().version }),
+            Err(e) => now.unchecked = Some(format!("{} cannot be opened: {}", lance.uri, super::plain(&e.to_string()))),
         }
-        let mut now = Vec::new();
-        for location in &source.locations {
-            if Path::new(location).exists() {
-                now.extend(files_of(Path::new(location), &source.file_extension).unwrap_or_default());
-            }
+    }
+    for location in &planned.locations {
+        if Path::new(location).exists() {
+            now.files.extend(files_of(Path::new(location), &planned.file_extension).unwrap_or_default());
         }
-        for file in &source.files {
-            match now.iter().find(|f| f.path == file.path) {
+    }
+    now
+}
+
+/// How the sources as planned differ from the sources `now`, a line each (file added, removed, resized,
+/// content differs; Lance version moved; table not read any more, or new); empty when they do not.
+/// Files are matched by their path within their table's location, so a corpus copied to another
+/// machine's folder is the same corpus.
+pub fn compare_sources(planned: &[SourceSnapshot], now: &[SourceSnapshot]) -> Vec<String> {
+    let mut changes = Vec::new();
+    for p in planned {
+        let table = &p.table;
+        let Some(n) = now.iter().find(|n| n.table == p.table) else {
+            changes.push(format!("table {table}: planned, but the write does not read it now"));
+            continue;
+        };
+        match (&p.lance, &n.lance) {
+            (Some(a), Some(b)) if a.version != b.version => changes.push(format!(
+                "table {table}: {} is at version {}, planned at version {}",
+                b.uri, b.version, a.version
+            )),
+            (Some(a), None) => {
+                let why = n.unchecked.clone().unwrap_or_else(|| "is not a Lance table now".into());
+                changes.push(format!("table {table}: planned as Lance {}, but {why}", a.uri));
+            }
+            (None, Some(b)) => changes.push(format!("table {table}: is Lance {} now, planned as files", b.uri)),
+            _ => {}
+        }
+        let now_files: Vec<(String, &SourceFile)> = n.files.iter().map(|f| (file_key(n, &f.path), f)).collect();
+        for file in &p.files {
+            let key = file_key(p, &file.path);
+            match now_files.iter().find(|(k, _)| *k == key).map(|(_, f)| f) {
                 None => changes.push(format!("table {table}: {} was removed", file.path)),
                 Some(f) if f.bytes != file.bytes => changes
                     .push(format!("table {table}: {} has {} bytes, planned with {}", f.path, f.bytes, file.bytes)),
@@ -368,11 +405,29 @@ pub async fn source_changes(plan: &Plan) -> Vec<String> {
                 Some(_) => {}
             }
         }
-        for f in now.iter().filter(|f| source.files.iter().all(|p| p.path != f.path)) {
-            changes.push(format!("table {table}: {} was added", f.path));
+        for (key, f) in &now_files {
+            if p.files.iter().all(|pf| file_key(p, &pf.path) != *key) {
+                changes.push(format!("table {table}: {} was added", f.path));
+            }
         }
     }
+    for n in now.iter().filter(|n| planned.iter().all(|p| p.table != n.table)) {
+        changes.push(format!("table {}: read by the write, but not in the plan", n.table));
+    }
     changes
+}
+
+/// A file's path within its table's location: its name for a location that is the file itself.
+fn file_key(source: &SourceSnapshot, path: &str) -> String {
+    for location in &source.locations {
+        if path == location {
+            return Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        }
+        if let Some(rest) = path.strip_prefix(location.as_str()) {
+            return rest.trim_start_matches('/').to_string();
+        }
+    }
+    path.to_string()
 }
 
 /// The files of a table path (a file, or a folder read recursively for files ending in `extension`), sorted.
@@ -402,16 +457,14 @@ pub fn source_file(path: &Path) -> anyhow::Result<SourceFile> {
 
 /// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
 pub async fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
-    let path = dir.join(PLAN_FILE);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let plan: Plan = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a plan this tool can read; run pipeline plan again", path.display()))?;
+    let (plan, digest) = Plan::read(dir).map_err(|e| anyhow!(e))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
     print_summary(&plan, dir);
     println!("  made {} by version {}; fingerprint: {}", plan.created, plan.tool_version, plan.fingerprint.model);
+    println!("  plan.json sha256: {digest}");
     for source in &plan.sources {
         let what = match (&source.lance, &source.unchecked) {
             (Some(l), _) => format!("Lance {} at version {}", l.uri, l.version),

@@ -2,10 +2,11 @@
 //! write, and a summary of the whole run.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
@@ -14,7 +15,8 @@ use futures::StreamExt;
 use super::display::format_batches;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
-use crate::lance::resume::{WriteTarget, count_done, dataset_exists, write_target};
+use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
+use crate::lance::resume::{ExistingIds, WriteTarget, count_done, dataset_exists, write_target};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns, fingerprint_of_dataset};
 use crate::options::EmbedOptions;
 use crate::script::{Statement, parse_all, split_statements};
@@ -23,8 +25,26 @@ use crate::session::EmbedSession;
 /// Rows of one query's result shown before the rest is cut off.
 const MAX_SHOWN_ROWS: usize = 1000;
 
+/// Which plan (`pipeline plan`) a write executes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PlanChoice {
+    /// The plan in the write's `<output>.plan/`, when there is one.
+    #[default]
+    Beside,
+    /// The plan in this directory, for the job's write into Lance (which must be the write it planned).
+    Dir(PathBuf),
+    /// None: every write reads and orders its input itself.
+    Off,
+}
+
 /// Run a job file. The error names the statement and its line.
-pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet: bool) -> anyhow::Result<()> {
+pub async fn run_file(
+    file: &Path,
+    restart: bool,
+    device: Option<String>,
+    quiet: bool,
+    plans: &PlanChoice,
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
     let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
     if statements.is_empty() {
@@ -61,7 +81,7 @@ pub async fn run_file(file: &Path, restart: bool, device: Option<String>, quiet:
         if interrupt::stop_requested() {
             return Err(anyhow!("{}: stopped before statement {} (line {})", file.display(), stmt.index, stmt.line));
         }
-        run_statement(&session, stmt, quiet, &mut json_sources).await.map_err(|e| {
+        run_statement(&session, stmt, quiet, plans, &mut json_sources).await.map_err(|e| {
             let chain = super::error_chain(&e);
             // Arrow's JSON errors say what, not where: find the line.
             let located = chain
@@ -130,6 +150,7 @@ async fn run_statement(
     session: &EmbedSession,
     stmt: &Statement,
     quiet: bool,
+    plans: &PlanChoice,
     json_sources: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let writes_before = session.metrics().writes().len();
@@ -151,9 +172,32 @@ async fn run_statement(
         (LogicalPlan::Dml(d), None) => Some(d.table_name.to_string()),
         _ => None,
     };
+    // The plan a write (or the EXPLAIN of one) executes, checked against the job before anything is written.
+    let explained = match &plan {
+        LogicalPlan::Explain(e) => write_target(&e.plan),
+        _ => None,
+    };
+    let mut planned = None;
+    if let Some(target) = lance_target.as_ref().or(explained.as_ref())
+        && let Some(p) = plan_for_write(session, target, plans).await?
+    {
+        if !quiet && lance_target.is_some() {
+            let t = &p.plan.totals;
+            println!(
+                "executing the plan {}: {} rows, {} useful tokens, {} units; the sources are as planned ({})",
+                p.dir.display(),
+                t.rows,
+                t.useful_tokens,
+                p.plan.units.len(),
+                p.plan.created
+            );
+        }
+        session.metrics().use_plan(&target.uri, Arc::clone(&p));
+        planned = Some(PlanGuard { session, uri: target.uri.clone(), plan: p });
+    }
     let mut todo = None;
     if let Some(target) = &lance_target {
-        todo = Some(prepare_write(session, target, quiet).await?);
+        todo = Some(prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), quiet).await?);
     }
     let df = ctx.execute_logical_plan(plan).await?;
     if is_ddl {
@@ -175,7 +219,8 @@ async fn run_statement(
         return Ok(());
     }
     if lance_target.is_some() {
-        let progress = (!quiet && std::io::stderr().is_terminal()).then(|| Progress::start(session, todo));
+        let plan = planned.as_ref().map(|p| Arc::clone(&p.plan));
+        let progress = (!quiet && std::io::stderr().is_terminal()).then(|| Progress::start(session, todo, plan));
         while let Some(batch) = stream.next().await {
             batch?;
         }
@@ -193,6 +238,10 @@ async fn run_statement(
             );
         } else if !quiet {
             println!("nothing new to write: every id is already in the output");
+        }
+        if !quiet && let Some(p) = &planned {
+            let (done, units) = p.plan.units_done();
+            println!("plan {}: {done} of {units} units done", p.plan.dir.display());
         }
         if !quiet {
             for w in commits {
@@ -236,24 +285,39 @@ async fn run_statement(
 }
 
 /// Before a campaign writes into Lance: refuse bad ids before anything is embedded, and say how much of
-/// the input an existing output already holds (the write itself skips those rows).
-/// Returns how many rows are left to embed.
-async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool) -> anyhow::Result<u64> {
+/// the input an existing output already holds (the write itself skips those rows). A write that executes
+/// a plan takes its ids and rows from the plan, whose checks ran on this very corpus.
+/// Returns how many rows, and, from a plan, how many useful tokens, are left to embed.
+async fn prepare_write(
+    session: &EmbedSession,
+    target: &WriteTarget,
+    plan: Option<&PlanInUse>,
+    quiet: bool,
+) -> anyhow::Result<Todo> {
     let state = session.context().state();
     let options = EmbedOptions::from_config(state.config_options());
     let column = &options.id_column;
-    let check = check_ids(&state, &target.input, column).await?;
-    if let Some(problem) = check.problem(column) {
-        return Err(anyhow!(problem));
-    }
-    let mut done = 0;
+    let rows = match plan {
+        Some(p) => p.plan.totals.rows,
+        None => {
+            let check = check_ids(&state, &target.input, column).await?;
+            if let Some(problem) = check.problem(column) {
+                return Err(anyhow!(problem));
+            }
+            check.rows
+        }
+    };
+    let (mut done, mut done_tokens) = (0, 0);
     if !options.restart && dataset_exists(&target.uri) {
         let ds = crate::lance::open_dataset(&target.uri).await?;
         // Refused here, before the resume count, which would read as if the run were going on.
         let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
         check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;
-        done = count_done(&state, target, column).await?;
-        let left = check.rows - done;
+        (done, done_tokens) = match plan {
+            Some(p) => done_in_work_list(session, p, &target.uri, column).await?,
+            None => (count_done(&state, target, column).await?, 0),
+        };
+        let left = rows - done;
         if !options.tag.is_empty()
             && let Ok(v) = ds.tags().get_version(&options.tag).await
         {
@@ -270,16 +334,146 @@ async fn prepare_write(session: &EmbedSession, target: &WriteTarget, quiet: bool
             }
         }
         if !quiet {
-            println!("resuming: {done} of {} already done in {}", check.rows, target.uri);
+            println!("resuming: {done} of {rows} already done in {}", target.uri);
         }
     }
-    Ok(check.rows - done)
+    Ok(Todo { rows: rows - done, tokens: plan.map(|p| p.plan.totals.useful_tokens - done_tokens) })
+}
+
+/// What a write has left to embed.
+#[derive(Debug, Clone, Copy)]
+struct Todo {
+    rows: u64,
+    /// Useful tokens, when a plan counted them.
+    tokens: Option<u64>,
+}
+
+/// Rows and useful tokens of a plan's work list already in the output.
+async fn done_in_work_list(
+    session: &EmbedSession,
+    plan: &PlanInUse,
+    uri: &str,
+    column: &str,
+) -> anyhow::Result<(u64, u64)> {
+    use datafusion::common::Column;
+    use datafusion::functions_aggregate::expr_fn::{count, sum};
+    use datafusion::logical_expr::{JoinType, LogicalPlanBuilder, col, lit};
+    let path = plan.dir.join(WORK_LIST_FILE);
+    let list = session
+        .context()
+        .read_parquet(path.to_string_lossy().as_ref(), Default::default())
+        .await
+        .with_context(|| format!("cannot read the plan's work list {}; run pipeline plan again", path.display()))?
+        .into_unoptimized_plan();
+    let (qualifier, field) = list.schema().qualified_field_with_unqualified_name(column)?;
+    let rows = Column::new(qualifier.cloned(), column);
+    let ids = ExistingIds::new(uri, column, field.data_type().clone()).scan_plan()?;
+    let done = Column::new(Some("__done_ids"), column);
+    let counted = LogicalPlanBuilder::from(list)
+        .join(ids, JoinType::LeftSemi, (vec![rows], vec![done]), None)?
+        .aggregate(
+            Vec::<datafusion::logical_expr::Expr>::new(),
+            vec![count(lit(1)).alias("rows"), sum(col(crate::plan::length_order::TOKEN_COUNT)).alias("tokens")],
+        )?
+        .build()?;
+    let batches = datafusion::dataframe::DataFrame::new(session.context().state(), counted).collect().await?;
+    let value = |name: &str| -> anyhow::Result<u64> {
+        let Some(batch) = batches.first() else { return Ok(0) };
+        let column = datafusion::arrow::compute::cast(
+            batch.column_by_name(name).expect("aggregated"),
+            &datafusion::arrow::datatypes::DataType::UInt64,
+        )?;
+        Ok(column.as_primitive::<UInt64Type>().iter().flatten().sum())
+    };
+    Ok((value("rows")?, value("tokens")?))
+}
+
+/// The plan a write executes, checked against the job: the sources unchanged since it was made, the same
+/// fingerprint, the same query and id column. `None` when the write has no plan.
+async fn plan_for_write(
+    session: &EmbedSession,
+    target: &WriteTarget,
+    plans: &PlanChoice,
+) -> anyhow::Result<Option<Arc<PlanInUse>>> {
+    let dir = match plans {
+        PlanChoice::Off => return Ok(None),
+        PlanChoice::Dir(dir) => dir.clone(),
+        PlanChoice::Beside => {
+            let dir = super::plan::plan_dir(&target.uri);
+            if !dir.join(crate::campaign::plan::PLAN_FILE).is_file() {
+                return Ok(None);
+            }
+            dir
+        }
+    };
+    let plan = PlanInUse::load(&dir).map_err(|e| anyhow!(e))?;
+    let shown = dir.display();
+    let p = &plan.plan;
+    let again = "run pipeline plan on the job again, or run without it (--no-plan)";
+    // NOTE: the output's path is not compared: a plan copied to another machine, beside the output there,
+    // is the same plan. What it covers is checked: the query, the sources and the fingerprint.
+    let options = EmbedOptions::from_config(session.context().state().config_options());
+    if !options.order.eq_ignore_ascii_case("length") {
+        bail!(
+            "the plan {shown} orders the rows by length, and this job sets embed.order = '{}': remove that SET, or {again}",
+            options.order
+        );
+    }
+    let now = super::plan::snapshot_sources(&target.input).await?;
+    let changes = super::plan::compare_sources(&p.sources, &now);
+    if !changes.is_empty() {
+        bail!(
+            "the corpus changed since the plan {shown} was made ({}), so its work list is not this corpus; nothing \
+             was written. To embed the corpus as it is now, {again}:\n  {}",
+            p.created,
+            changes.join("\n  ")
+        );
+    }
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    let differences = fingerprint.as_ref().map(|f| p.fingerprint.differences(f)).unwrap_or_default();
+    if !differences.is_empty() {
+        let lines: Vec<String> =
+            differences.iter().map(|(k, planned, now)| format!("  {k}: plan {planned}, this run {now}")).collect();
+        bail!(
+            "the plan {shown} was made under another campaign fingerprint than this run's settings; nothing was \
+             written. Go back to the plan's settings, or {again}:\n{}",
+            lines.join("\n")
+        );
+    }
+    if p.write_digest != super::plan::write_digest(target, &options.id_column) {
+        bail!(
+            "the write into {} is not the one the plan {shown} was made for (its query, tables or id column \
+             changed since); nothing was written. {}",
+            target.uri,
+            capitalised(again)
+        );
+    }
+    Ok(Some(Arc::new(plan)))
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+/// Keeps a plan in use for one statement's write.
+struct PlanGuard<'a> {
+    session: &'a EmbedSession,
+    uri: String,
+    plan: Arc<PlanInUse>,
+}
+
+impl Drop for PlanGuard<'_> {
+    fn drop(&mut self) {
+        self.session.metrics().forget_plan(&self.uri);
+    }
 }
 
 /// A progress bar on stderr while a write runs, driven by useful tokens: longest-first ordering makes the
 /// document rate climb through a run (the first documents are the longest), so a bar of documents
 /// predicted 24 minutes 30 s into a 5 min 47 s run. The token total is the ordering stage's count so far,
-/// extrapolated over the documents still to count (exact once every row is counted).
+/// extrapolated over the documents still to count (exact once every row is counted); a write that
+/// executes a plan knows it exactly from the start, and shows its units done.
 struct Progress {
     bar: indicatif::ProgressBar,
     ticker: tokio::task::JoinHandle<()>,
@@ -297,11 +491,18 @@ struct Snapshot {
     counted_rows: u64,
     counted_tokens: u64,
     seconds: f64,
+    /// Useful tokens to embed in all, when a plan counted them.
+    planned_tokens: Option<u64>,
+    /// A plan's units done and units in all.
+    units: Option<(u64, u64)>,
 }
 
 impl Snapshot {
     /// Useful tokens in all: counted, plus the rows not counted yet at the counted rows' average.
     fn total_tokens(&self) -> Option<u64> {
+        if let Some(planned) = self.planned_tokens {
+            return Some(planned.max(self.tokens));
+        }
         let todo = self.todo?;
         if self.counted_rows == 0 {
             return None;
@@ -314,10 +515,13 @@ impl Snapshot {
     /// The line beside the bar: tokens, documents, rate and time left (none until there is a rate).
     fn line(&self) -> String {
         let rate = if self.seconds > 0.0 { self.tokens as f64 / self.seconds } else { 0.0 };
-        let docs = match self.todo {
+        let mut docs = match self.todo {
             Some(n) => format!("{}/{n} documents", self.docs),
             None => format!("{} documents", self.docs),
         };
+        if let Some((done, units)) = self.units {
+            docs += &format!(", {done}/{units} units");
+        }
         let (tokens, left) = match self.total_tokens() {
             Some(total) => {
                 let left = if rate > 0.0 {
@@ -343,7 +547,9 @@ fn human_seconds(s: f64) -> String {
 }
 
 impl Progress {
-    fn start(session: &EmbedSession, todo: Option<u64>) -> Self {
+    fn start(session: &EmbedSession, todo: Option<Todo>, plan: Option<Arc<PlanInUse>>) -> Self {
+        let planned_tokens = todo.and_then(|t| t.tokens);
+        let todo = todo.map(|t| t.rows);
         let bar = indicatif::ProgressBar::new(0);
         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         let style = indicatif::ProgressStyle::with_template("{bar:30} {msg}")
@@ -362,6 +568,8 @@ impl Progress {
                     counted_rows: rows - counted_before.0,
                     counted_tokens: counted - counted_before.1,
                     seconds: started.elapsed().as_secs_f64(),
+                    planned_tokens,
+                    units: plan.as_ref().map(|p| p.units_done()),
                 };
                 match (now.total_tokens(), todo) {
                     (Some(total), _) => {
@@ -470,6 +678,7 @@ mod tests {
             counted_rows: 1000,
             counted_tokens: 40_000,
             seconds: 30.0,
+            ..Default::default()
         };
         // By tokens: 24,000 left at 533/s = 45 s. By documents it would have said 270 s.
         assert_eq!(s.total_tokens(), Some(40_000));
@@ -485,5 +694,23 @@ mod tests {
         let s = Snapshot { todo: Some(1000), counted_rows: 250, counted_tokens: 10_000, ..Default::default() };
         assert_eq!(s.total_tokens(), Some(40_000));
         assert_eq!(Snapshot { todo: None, ..s }.total_tokens(), None);
+    }
+
+    #[test]
+    fn a_plan_gives_the_token_total_and_the_units_from_the_start() {
+        let s = Snapshot {
+            todo: Some(1000),
+            tokens: 4_000,
+            seconds: 2.0,
+            planned_tokens: Some(40_000),
+            units: Some((1, 4)),
+            ..Default::default()
+        };
+        assert_eq!(s.total_tokens(), Some(40_000));
+        assert!(
+            s.line().starts_with("4000/40000 tokens, 0/1000 documents, 1/4 units, 2000 useful tokens/s"),
+            "{}",
+            s.line()
+        );
     }
 }

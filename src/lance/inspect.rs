@@ -161,6 +161,18 @@ impl DatasetReport {
                     if let Some(d) = &r.device {
                         out += &format!(", {d}");
                     }
+                    if let Some(p) = &r.plan {
+                        let completed = match p.units_done - p.units_done_before {
+                            0 => "no unit completed".to_string(),
+                            1 => format!("unit {} completed", p.units_done_before),
+                            _ => format!("units {}-{} completed", p.units_done_before, p.units_done - 1),
+                        };
+                        let digest = p.digest.get(..12).unwrap_or(&p.digest);
+                        out += &format!(
+                            ", from plan {} (plan.json sha256 {digest}…): {completed}, {} of {} done",
+                            p.path, p.units_done, p.units
+                        );
+                    }
                     out += "\n";
                 }
                 None => out += ": no run record\n",

@@ -136,36 +136,41 @@ impl PartitionStream for IdStream {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let (uri, column, schema) = (self.uri.clone(), self.column.clone(), Arc::clone(&self.schema));
         let out_schema = Arc::clone(&schema);
-        let batches = futures::stream::once(async move {
-            type Batches = std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>>;
-            let lance_err = |e: lance::Error| -> DataFusionError {
-                crate::Error::Lance { uri: uri.clone(), message: e.to_string() }.into()
-            };
-            if !dataset_exists(&uri) {
-                return Ok::<Batches, DataFusionError>(Box::pin(futures::stream::empty()));
-            }
-            let ds = Dataset::open(&uri).await.map_err(lance_err)?;
-            if ds.schema().field(&column).is_none() {
-                let e = crate::Error::Lance {
-                    uri: uri.clone(),
-                    message: format!("has no id column `{column}` to resume by"),
-                };
-                return Err(DataFusionError::from(e));
-            }
-            let mut scan = ds.scan();
-            scan.project(&[column.as_str()]).map_err(lance_err)?;
-            let stream = scan.try_into_stream().await.map_err(lance_err)?;
-            let want = schema.field(0).data_type().clone();
-            let batches: Batches = Box::pin(stream.map(move |batch| {
-                let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
-                let ids = cast(batch.column(0), &want)?;
-                Ok(RecordBatch::try_new(Arc::clone(&schema), vec![ids])?)
-            }));
-            Ok::<_, DataFusionError>(batches)
-        })
-        .try_flatten();
+        let want = schema.field(0).data_type().clone();
+        let batches = futures::stream::once(async move { id_arrays(&uri, &column, &want).await })
+            .try_flatten()
+            .map(move |ids| Ok(RecordBatch::try_new(Arc::clone(&schema), vec![ids?])?));
         Box::pin(RecordBatchStreamAdapter::new(out_schema, batches))
     }
+}
+
+/// The id column of the latest version of the dataset at `uri` (none when there is no dataset yet), cast
+/// to `want`, read when the stream is polled.
+pub async fn id_arrays(
+    uri: &str,
+    column: &str,
+    want: &DataType,
+) -> Result<futures::stream::BoxStream<'static, Result<datafusion::arrow::array::ArrayRef>>> {
+    let lance_err = |e: lance::Error| -> DataFusionError {
+        crate::Error::Lance { uri: uri.to_string(), message: e.to_string() }.into()
+    };
+    if !dataset_exists(uri) {
+        return Ok(Box::pin(futures::stream::empty()));
+    }
+    let ds = Dataset::open(uri).await.map_err(lance_err)?;
+    if ds.schema().field(column).is_none() {
+        let e =
+            crate::Error::Lance { uri: uri.to_string(), message: format!("has no id column `{column}` to resume by") };
+        return Err(DataFusionError::from(e));
+    }
+    let mut scan = ds.scan();
+    scan.project(&[column]).map_err(lance_err)?;
+    let stream = scan.try_into_stream().await.map_err(lance_err)?;
+    let want = want.clone();
+    Ok(Box::pin(stream.map(move |batch| {
+        let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(cast(batch.column(0), &want)?)
+    })))
 }
 
 /// The analyzer rule described in the module docs.

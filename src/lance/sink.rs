@@ -46,6 +46,11 @@ pub struct LanceSink {
 }
 
 impl LanceSink {
+    /// The dataset written.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
     /// A sink into the dataset at `uri` (see [`super::dataset_uri`]) of vectors made under `fingerprint`.
     /// Refuses an output that is neither a Lance dataset nor a free path, and one another run is writing.
     pub fn try_new(
@@ -321,6 +326,7 @@ impl Committer<'_> {
         record.previous_device = self.previous_device.take().filter(|p| record.device.as_ref().is_some_and(|d| d != p));
         record.write_seconds = started.elapsed().as_secs_f64();
         record.last_commit = last;
+        record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
         let json = serde_json::to_string(&record).unwrap_or_default();

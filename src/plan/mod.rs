@@ -5,7 +5,9 @@
 pub mod embed_exec;
 pub mod length_order;
 pub mod rule;
+pub mod work_list;
 
 pub use embed_exec::EmbedExec;
 pub use length_order::{LengthOrderExec, TokenCountExec};
 pub use rule::EmbedWriteRule;
+pub use work_list::WorkListExec;

@@ -1,6 +1,8 @@
 //! The write path's physical plan: in a plan that writes its rows (COPY, INSERT), every `AsyncFuncExec`
 //! that calls only `embed()` becomes an [`EmbedExec`] over one partition, with the ordering stage
-//! ([`super::length_order`]) under it when `embed.order` is 'length'. EXPLAIN shows them all.
+//! ([`super::length_order`]) under it when `embed.order` is 'length', or, when the write executes a plan
+//! (`pipeline plan`), the plan's work list ([`super::work_list`]) in place of its input and of the
+//! counting and sort. EXPLAIN shows them all.
 //!
 //! Only writes are reordered: their rows carry their ids into the output, so their order does not
 //! matter. A plain SELECT keeps its input order, which a caller may rely on to pair vectors with texts;
@@ -22,8 +24,9 @@ use datafusion::physical_plan::async_func::AsyncFuncExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
-use super::EmbedExec;
 use super::length_order::length_order;
+use super::work_list::WorkListExec;
+use super::{EmbedExec, LengthOrderExec};
 use crate::lance::LanceSink;
 use crate::metrics::RunMetrics;
 use crate::model::ORIGINAL_BATCH_ROWS;
@@ -47,7 +50,10 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
         let options = EmbedOptions::from_config(config);
         let Some(sink) = plan.as_ref().downcast_ref::<DataSinkExec>() else { return Ok(plan) };
         // Only a Lance sink receives the counters of the rows it commits.
-        let metrics = sink.sink().is::<LanceSink>().then(|| Arc::clone(&self.metrics));
+        let lance = sink.sink().downcast_ref::<LanceSink>();
+        let metrics = lance.is_some().then(|| Arc::clone(&self.metrics));
+        // A write that executes a plan reads its work list instead (`pipeline run` checked it against the job).
+        let planned = lance.and_then(|l| Some((self.metrics.plan_for(l.uri())?, l.uri().to_string())));
         let by_length = options.order.eq_ignore_ascii_case("length");
         // A model call's rows at most; the ordering stage cuts smaller ones by tokens.
         let chunk_rows = if by_length { options.max_batch_rows.max(1) } else { ORIGINAL_BATCH_ROWS };
@@ -63,8 +69,15 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
             if input.output_partitioning().partition_count() > 1 {
                 input = Arc::new(CoalescePartitionsExec::new(input));
             }
-            if by_length && let Some(Some(text)) = texts.into_iter().next() {
-                input = length_order(input, text, &options, metrics.clone())?;
+            match (&planned, texts.into_iter().next().flatten()) {
+                (Some((plan, uri)), Some(text)) => {
+                    let resume = (!options.restart).then(|| (uri.clone(), options.id_column.clone()));
+                    let list =
+                        WorkListExec::try_new(Arc::clone(plan), &exec.input().schema(), resume, metrics.clone())?;
+                    input = Arc::new(LengthOrderExec::try_new(Arc::new(list), text, options.clone(), None)?);
+                }
+                (None, Some(text)) if by_length => input = length_order(input, text, &options, metrics.clone())?,
+                _ => {}
             }
             let embed = EmbedExec::try_new(
                 input,

@@ -10,5 +10,6 @@ mod messages;
 mod model;
 mod order;
 mod plan;
+mod plan_run;
 mod resume;
 mod sql;
