@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -207,6 +207,55 @@ print(f"| 1 x {threads} (the CPU default) | {one:.1f} | {useful/one:,.0f} |")
 print(f"| 2 x {half} | {two:.1f} | {useful/two:,.0f} |")
 print(f"\n**2 sessions / 1 session = {one/two:.2f}x** in useful tokens/s; the vectors match (min cosine {cmp['min_cosine']:.7f},")
 print(f"max abs difference {cmp['max_abs_diff']:.1e}).\n")
+PY
+}
+
+# timed JOB [ARGS] -> prints "wall_seconds peak_rss_kb first_call_seconds" of a `pipeline run` (not quiet:
+# the summary's first-call time is read from it).
+timed() {
+  local job=$1; shift
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" run "$job" "$@" > "$WORK/run.out"
+  echo "$(cat "$WORK/time") $(sed -n 's/^time: first model call at \([0-9.]*\) s.*/\1/p' "$WORK/run.out")"
+}
+
+section_plan() {
+  # The whole corpus at the default settings. The two runs take about 20 minutes each on 2 cores.
+  local n="${BENCH_PLAN_DOCS:-1000000}"
+  corpus "$n" 1 "$WORK/p.jsonl"
+  job "$WORK/planned.sql" "$WORK/p.jsonl" "$WORK/planned.lance"
+  job "$WORK/direct.sql" "$WORK/p.jsonl" "$WORK/direct.lance"
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" plan "$WORK/planned.sql" --json > "$WORK/plan.json"
+  read -r wp mp < "$WORK/time"
+  read -r wd md fd < <(timed "$WORK/direct.sql")
+  read -r wr mr fr < <(timed "$WORK/planned.sql")
+  "$PIPELINE" compare "$WORK/direct.lance" "$WORK/planned.lance" --json > "$WORK/cmp.json" || true
+  "$PIPELINE" inspect "$WORK/planned.lance" --json > "$WORK/planned.json"
+  "$PIPELINE" inspect "$WORK/direct.lance" --json > "$WORK/direct.json"
+  python3 - "$wp" "$mp" "$wd" "$md" "$fd" "$wr" "$mr" "$fr" "$WORK" > "$RESULTS_DIR/plan.md" <<'PY'
+import json, sys
+wp, mp, wd, md, fd, wr, mr, fr = map(float, sys.argv[1:9])
+work = sys.argv[9]
+plan = json.load(open(f"{work}/plan.json"))[0]
+t, h = plan["totals"], plan["histogram"]
+cmp = json.load(open(f"{work}/cmp.json"))
+def eff(name):
+    runs = [v["run"] for v in json.load(open(f"{work}/{name}.json"))["versions"] if v.get("run")]
+    return sum(r["useful_tokens"] for r in runs) / max(1, sum(r["processed_tokens"] for r in runs))
+print("## Plan: `pipeline plan`, and a run from the plan against a run without one\n")
+print(f"All {t['rows']:,} documents of debian_desc_en at the default settings (no `SET` but the model), one run each")
+print("(without the plan first, then from it). The first model call is the run summary's figure, from the start of")
+print("the job's statements; the share is that over the run's wall time. Peak RSS is `/usr/bin/time`'s.\n")
+print("| step | wall s | first model call s | share before it | peak RSS MiB | padding efficiency |")
+print("|---|---|---|---|---|---|")
+print(f"| `pipeline plan` | {wp:.1f} | - | - | {mp/1024:.0f} | - |")
+print(f"| `pipeline run`, no plan | {wd:.1f} | {fd:.1f} | {fd/wd*100:.1f}% | {md/1024:.0f} | {eff('direct'):.3f} |")
+print(f"| `pipeline run` from the plan | {wr:.1f} | {fr:.1f} | {fr/wr*100:.1f}% | {mr/1024:.0f} | {eff('planned'):.3f} |")
+print(f"\n**Run from the plan / run without it = {wr/wd:.3f}** in wall time (target: at most 1, first model call")
+print(f"within 2 s: {fr:.1f} s). The vectors match (min cosine {cmp['min_cosine']:.7f}, max abs difference")
+print(f"{cmp['max_abs_diff']:.1e}).\n")
+print(f"The plan found {t['truncated_documents']:,} of {t['documents']:,} texts ({h['documents_over_limit']*100:.1f}%) past the")
+print(f"{t['max_tokens']}-token limit, losing {t['dropped_tokens']:,} of {t['tokens_before_truncation']:,} tokens ({h['tokens_over_limit']*100:.1f}%),")
+print(f"in {len(plan['units'])} units of about {plan['unit_tokens']:,} useful tokens.\n")
 PY
 }
 

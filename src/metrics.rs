@@ -45,6 +45,8 @@ pub struct RunMetrics {
     in_transit: Mutex<VecDeque<(u64, EmbedStats)>>,
     /// Embedding streams (`EmbedExec` partitions) alive now.
     embedding: std::sync::atomic::AtomicUsize,
+    /// When the first model call of the session began.
+    first_call: std::sync::OnceLock<std::time::Instant>,
     /// The plans the writes now running execute, by output URI.
     plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
 }
@@ -117,6 +119,16 @@ impl RunMetrics {
     /// Every write so far, in commit order.
     pub fn writes(&self) -> Vec<WriteReport> {
         self.writes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Note that a model call begins (only the first is kept).
+    pub fn record_call_started(&self) {
+        let _ = self.first_call.set(std::time::Instant::now());
+    }
+
+    /// When the session's first model call began, once one has.
+    pub fn first_call(&self) -> Option<std::time::Instant> {
+        self.first_call.get().copied()
     }
 
     /// Have the writes into `uri` read `plan`'s work list instead of their query's input, until

@@ -173,6 +173,7 @@ fn embed_array(
     let values = string_values(texts)?;
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
     let stop = interrupt::stop_requested;
+    metrics.record_call_started();
     let out = embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop).map_err(|e| match e {
         crate::Error::TooLong { row, tokens, max_tokens } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
