@@ -7,6 +7,7 @@
 //! - [`plan`]: the length-ordering stage ahead of `embed()` in the physical plan.
 //! - [`lance`]: Lance tables (`STORED AS LANCE`) and the streaming Lance sink behind `COPY … STORED AS LANCE`.
 //! - [`sources`]: JSON lines folders (`.jsonl`, `.ndjson`) as `STORED AS JSON` tables.
+//! - [`memory`]: the process's memory from `/proc` (peaks for probes and run records), and sizes.
 //! - [`session`]: a DataFusion session with all of the above registered.
 //! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
 //! - [`cli`]: the `pipeline` command.
@@ -15,6 +16,7 @@ pub mod campaign;
 pub mod cli;
 pub mod error;
 pub mod lance;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod options;

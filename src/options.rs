@@ -61,6 +61,9 @@ extensions_options! {
         pub allow_cpu_fallback: bool, default = false
         /// ONNX Runtime intra-op threads. 0 uses one per available core.
         pub intra_threads: usize, default = 0
+        /// The memory a run may use (e.g. '8GiB'), as `pipeline probe` assumed it: the run records its peak
+        /// and warns when it comes within 10%. Empty: none assumed.
+        pub memory_budget: String, default = String::new()
     }
 }
 
@@ -182,6 +185,7 @@ impl EmbedOptions {
             "batch_tokens" => positive(self.batch_tokens as u64),
             "max_batch_rows" => positive(self.max_batch_rows as u64),
             "device" => self.resolved_device().map(|_| ()),
+            "memory_budget" if !self.memory_budget.is_empty() => self.memory_budget_bytes().map(|_| ()),
             "sessions_per_device" if self.sessions_per_device > 16 => {
                 Err(bad(key, self.sessions_per_device, "use 0 (automatic) or 1 to 16"))
             }
@@ -192,6 +196,16 @@ impl EmbedOptions {
     /// Every key checked as [`Self::check`] checks one.
     pub fn check_all(&self) -> Result<()> {
         self.entries().iter().try_for_each(|e| self.check(&e.key))
+    }
+
+    /// `memory_budget` in bytes, if one is set.
+    pub fn memory_budget_bytes(&self) -> Result<Option<u64>> {
+        if self.memory_budget.trim().is_empty() {
+            return Ok(None);
+        }
+        crate::memory::parse_size(&self.memory_budget)
+            .map(Some)
+            .map_err(|e| bad("memory_budget", &self.memory_budget, &e))
     }
 
     fn normalize_override(&self) -> Result<Option<bool>> {

@@ -41,6 +41,9 @@ pub struct RunRecord {
     pub write_seconds: f64,
     /// useful_tokens / wall_seconds.
     pub useful_tokens_per_second: f64,
+    /// The process's peak resident memory so far, bytes (0 where it cannot be read).
+    #[serde(default)]
+    pub peak_memory_bytes: u64,
     /// Where the vectors were computed: provider, device, ONNX Runtime version.
     pub device: Option<DeviceInfo>,
     /// Set when the dataset's previous run computed its vectors elsewhere (another device, provider or
@@ -80,6 +83,7 @@ impl RunRecord {
             model_seconds: stats.model_time.as_secs_f64(),
             write_seconds,
             useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
+            peak_memory_bytes: 0,
             device,
             previous_device: None,
             plan: None,

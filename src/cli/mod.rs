@@ -10,6 +10,7 @@ pub mod invariance;
 pub mod job;
 pub mod json_lines;
 pub mod plan;
+pub mod probe;
 pub mod run;
 
 use std::path::PathBuf;
@@ -83,6 +84,25 @@ pub enum Command {
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
         #[arg(long, default_value_t = plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
         unit_tokens: u64,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Find the batch setting this machine's device affords: real model calls on the job's longest texts,
+    /// embed.batch_tokens doubling, each step's peak memory and useful tokens/s, until the next would pass
+    /// the memory budget; then the fastest setting that fits with a margin, and the faster session layout.
+    Probe {
+        /// The job file (its first write into Lance is probed).
+        file: PathBuf,
+        /// Most memory the process may use, e.g. 8GiB or 900MB (default: 90% of the available memory,
+        /// plus what the loaded model holds).
+        #[arg(long, value_name = "SIZE", value_parser = crate::memory::parse_size)]
+        memory_budget: Option<u64>,
+        /// Largest embed.batch_tokens tried.
+        #[arg(long, default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(512..))]
+        max_batch_tokens: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -199,6 +219,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             let size = units.map_or(plan::UnitSize::Tokens(unit_tokens), plan::UnitSize::Count);
             plan::plan_file(&file, json, size).await
+        }
+        Command::Probe { file, memory_budget, max_batch_tokens, json, runtime } => {
+            runtime.apply();
+            probe::probe_file(&file, memory_budget, max_batch_tokens as usize, json).await
         }
         Command::Devices { json, runtime } => {
             runtime.apply();

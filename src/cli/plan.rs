@@ -34,7 +34,7 @@ use crate::model::TruncationSide;
 use crate::options::EmbedOptions;
 use crate::plan::TokenCountExec;
 use crate::plan::length_order::{DROPPED_TOKENS, TOKEN_COUNT, longest_first};
-use crate::script::{parse_all, split_statements};
+use crate::script::{Statement, parse_all, split_statements};
 use crate::session::EmbedSession;
 
 /// Useful tokens a work unit holds at most, unless `--units` or `--unit-tokens` says otherwise.
@@ -51,52 +51,12 @@ pub enum UnitSize {
 
 /// Plan every write into Lance of the job file, and print what was found.
 pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
-    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
-    // Planned as a fresh start: the plan covers the whole input, whatever an output already holds (the run
-    // skips the ids already there).
-    let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
-    let ctx = session.context();
-    parse_all(&ctx.state(), &statements).map_err(|(i, e)| {
-        anyhow!(
-            "{}: statement {} (line {}) does not parse: {e}",
-            file.display(),
-            statements[i].index,
-            statements[i].line
-        )
-    })?;
+    let (session, statements) = load_job(file)?;
+    let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
-    let mut json_sources = Vec::new();
-    for stmt in &statements {
-        let fail = |sources: &[String], e: &dyn std::fmt::Display| {
-            let e = super::plain(&format!("{e:#}"));
-            anyhow!("{}: {e}", position(file, stmt.index, stmt.line, sources, &e))
-        };
-        // Set-up and writes only: a query may read an output that does not exist before the run.
-        let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
-        if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
-            continue;
-        }
-        let plan =
-            ctx.state().create_logical_plan(&stmt.positioned_sql()).await.map_err(|e| fail(&json_sources, &e))?;
-        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
-            && c.file_type.eq_ignore_ascii_case("lance")
-            && !dataset_exists(&dataset_uri(&c.location))
-        {
-            // An output the job reads back after writing it: it does not exist before the run.
-            continue;
-        }
-        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
-            && c.file_type.eq_ignore_ascii_case("json")
-        {
-            json_sources.push(c.location.clone());
-        }
-        if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
-            ctx.execute_logical_plan(plan).await.map_err(|e| fail(&json_sources, &e))?;
-        } else if let Some(target) = write_target(&plan) {
-            let made = make_plan(&session, &plan, &target, size).await.map_err(|e| fail(&json_sources, &e))?;
-            plans.push(made);
-        }
+    while let Some((stmt, plan, target)) = writes.next().await? {
+        let made = make_plan(&session, &plan, &target, size).await.map_err(|e| writes.fail(stmt, &e))?;
+        plans.push(made);
     }
     if plans.is_empty() {
         bail!(
@@ -112,6 +72,75 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// A job file's statements, parsed, and a session for them that starts fresh (`embed.restart`): what is
+/// prepared covers the whole input, whatever an output already holds (the run skips the ids already there).
+pub fn load_job(file: &Path) -> anyhow::Result<(EmbedSession, Vec<Statement>)> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
+    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
+    parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
+        anyhow!(
+            "{}: statement {} (line {}) does not parse: {e}",
+            file.display(),
+            statements[i].index,
+            statements[i].line
+        )
+    })?;
+    Ok((session, statements))
+}
+
+/// Walks a job's statements in order, running its set-up (SET, RESET, CREATE, DROP), skipping its queries
+/// (a query may read an output that does not exist before the run), and handing out each write into Lance
+/// (COPY, INSERT) as its logical plan, not run.
+pub struct JobWrites<'a> {
+    file: &'a Path,
+    session: &'a EmbedSession,
+    statements: &'a [Statement],
+    next: usize,
+    json_sources: Vec<String>,
+}
+
+impl<'a> JobWrites<'a> {
+    pub fn new(file: &'a Path, session: &'a EmbedSession, statements: &'a [Statement]) -> Self {
+        Self { file, session, statements, next: 0, json_sources: Vec::new() }
+    }
+
+    /// The next write into Lance, after running the set-up before it.
+    pub async fn next(&mut self) -> anyhow::Result<Option<(&'a Statement, LogicalPlan, WriteTarget)>> {
+        let ctx = self.session.context();
+        while let Some(stmt) = self.statements.get(self.next) {
+            self.next += 1;
+            let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+            if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
+                continue;
+            }
+            let plan =
+                ctx.state().create_logical_plan(&stmt.positioned_sql()).await.map_err(|e| self.fail(stmt, &e))?;
+            if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan {
+                if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)) {
+                    // An output the job reads back after writing it: it does not exist before the run.
+                    continue;
+                }
+                if c.file_type.eq_ignore_ascii_case("json") {
+                    self.json_sources.push(c.location.clone());
+                }
+            }
+            if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+                ctx.execute_logical_plan(plan).await.map_err(|e| self.fail(stmt, &e))?;
+            } else if let Some(target) = write_target(&plan) {
+                return Ok(Some((stmt, plan, target)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An error of `stmt`, placed as `pipeline run` places it (a JSON error with its file's bad line).
+    pub fn fail(&self, stmt: &Statement, e: &dyn std::fmt::Display) -> anyhow::Error {
+        let e = super::plain(&format!("{e:#}"));
+        anyhow!("{}: {e}", position(self.file, stmt.index, stmt.line, &self.json_sources, &e))
+    }
 }
 
 /// Where a statement is, and for a JSON error the first bad line of the job's JSON sources (Arrow's JSON
@@ -163,16 +192,7 @@ async fn make_plan(
     let sources = snapshot_sources(&target.input).await?;
 
     // The run's own ordering nodes, found in the write's physical plan, counting truncation too.
-    let physical = state.create_physical_plan(write).await?;
-    let mut found = None;
-    physical.apply(|node| {
-        if let Some(counter) = node.as_ref().downcast_ref::<TokenCountExec>() {
-            found = Some((Arc::clone(counter.input()), Arc::clone(counter.text())));
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    let (input, text) = found.ok_or_else(|| anyhow!("the write into {} has no embed(text) to order", target.uri))?;
+    let (input, text) = counting_input(session, write, target).await?;
     let counted = Arc::new(RunMetrics::default());
     let counter = TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?
         .with_run_metrics(Some(Arc::clone(&counted)))
@@ -273,6 +293,25 @@ async fn make_plan(
     }
     std::fs::rename(&staging, &dir).with_context(|| format!("cannot move the plan into {}", dir.display()))?;
     Ok((plan, dir))
+}
+
+/// What the ordering stage of a write counts: its input rows, and the text (an expression over them), as
+/// found in the write's own physical plan.
+pub async fn counting_input(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+) -> anyhow::Result<(Arc<dyn ExecutionPlan>, Arc<dyn datafusion::physical_expr::PhysicalExpr>)> {
+    let physical = session.context().state().create_physical_plan(write).await?;
+    let mut found = None;
+    physical.apply(|node| {
+        if let Some(counter) = node.as_ref().downcast_ref::<TokenCountExec>() {
+            found = Some((Arc::clone(counter.input()), Arc::clone(counter.text())));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    found.ok_or_else(|| anyhow!("the write into {} has no embed(text) to order", target.uri))
 }
 
 /// Removes a directory when dropped, if it is still there.

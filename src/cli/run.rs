@@ -100,7 +100,7 @@ pub async fn run_file(
         })?;
     }
     if !quiet {
-        print_summary(&session, started.elapsed().as_secs_f64());
+        print_summary(&session, started, started.elapsed().as_secs_f64());
         if !others.is_empty() {
             println!("shared machine: {}", sharing_advice(&others, threads_chosen()));
         }
@@ -238,6 +238,19 @@ async fn run_statement(
             );
         } else if !quiet {
             println!("nothing new to write: every id is already in the output");
+        }
+        let options = EmbedOptions::from_config(ctx.state().config_options());
+        if let (Ok(Some(budget)), Some(peak)) =
+            (options.memory_budget_bytes(), commits.iter().map(|w| w.record.peak_memory_bytes).max())
+            && peak * 10 > budget * 9
+        {
+            eprintln!(
+                "warning: this run's memory peaked at {}, within 10% of the budget of {} that pipeline probe assumed \
+                 (embed.memory_budget){}; probe again on this machine, or lower embed.batch_tokens",
+                crate::memory::mib(peak),
+                crate::memory::mib(budget),
+                if peak > budget { ", and passed it" } else { "" }
+            );
         }
         if !quiet && let Some(p) = &planned {
             let (done, units) = p.plan.units_done();
@@ -598,7 +611,7 @@ impl Drop for Progress {
     }
 }
 
-fn print_summary(session: &EmbedSession, wall: f64) {
+fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
     let writes = session.metrics().writes();
     let e = session.metrics().embed_stats();
     let files = session.metrics().file_writes();
@@ -633,8 +646,11 @@ fn print_summary(session: &EmbedSession, wall: f64) {
                 e.nulls
             );
         }
+        let first = session.metrics().first_call().map(|t| t.saturating_duration_since(started).as_secs_f64());
         println!(
-            "time: tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls and partitions, which overlap)",
+            "time: first model call at {:.1} s; tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls \
+             and partitions, which overlap)",
+            first.unwrap_or(0.0),
             e.tokenize_time.as_secs_f64(),
             e.model_time.as_secs_f64(),
             write_seconds

@@ -326,6 +326,7 @@ impl Committer<'_> {
         record.previous_device = self.previous_device.take().filter(|p| record.device.as_ref().is_some_and(|d| d != p));
         record.write_seconds = started.elapsed().as_secs_f64();
         record.last_commit = last;
+        record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.

@@ -11,5 +11,6 @@ mod model;
 mod order;
 mod plan;
 mod plan_run;
+mod probe;
 mod resume;
 mod sql;

@@ -1,0 +1,453 @@
+//! `pipeline probe job.sql [--memory-budget SIZE] [--json]`: find the batch setting a campaign can afford
+//! on this machine's device before it runs. It takes the corpus's longest texts (one streaming tokenising
+//! pass, the top kept by DataFusion's sort with a limit), makes real model calls on them at full length
+//! with `embed.batch_tokens` doubling, and measures each call's peak memory and useful tokens/s, until
+//! the next step would pass the memory budget, a call fails, or larger calls stop being faster. It then
+//! recommends the fastest setting that fits with a margin, and tries the session layout.
+//!
+//! Memory on the CPU is the process's peak resident set (`VmHWM`, reset before each step through
+//! `/proc/self/clear_refs`): the model, ONNX Runtime's arena and the call's tensors together, which is
+//! what a run's own peak is made of.
+//!
+//! The recommendation carries the budget as `SET embed.memory_budget`, so that the run records its peak
+//! against it and warns when it comes within 10%.
+//!
+//! NOTE: on CUDA the device memory is not measured yet (the steps show the host's); the budget there is
+//! not enforced by this probe.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail};
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt32Type;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{JobWrites, counting_input, load_job};
+use crate::campaign::{DeviceInfo, Fingerprint};
+use crate::memory::{self, mib};
+use crate::model::{CallSettings, Device, TextEmbedder};
+use crate::options::EmbedOptions;
+use crate::plan::TokenCountExec;
+use crate::plan::length_order::{TOKEN_COUNT, longest_first};
+use crate::udf::embed::string_values;
+
+/// The smallest `embed.batch_tokens` tried.
+const FIRST_BATCH_TOKENS: usize = 512;
+/// How many of the longest texts are kept to build the calls from (cycled when a call needs more).
+const LONGEST_TEXTS: usize = 512;
+/// Share of the budget a recommended setting may take: the rest is the run's own (reading, ordering,
+/// rows held for the sink).
+const MARGIN: f64 = 0.8;
+/// Rates within this share of each other count as the same: timing noise.
+const SAME_SPEED: f64 = 0.03;
+/// Timed calls per step, after one untimed call of the same shape.
+const TIMED_CALLS: u32 = 2;
+
+/// What a probe found, as `--json` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// Where the calls ran.
+    pub device: DeviceInfo,
+    /// Token count of the longest text (after truncation): every call is padded to about this.
+    pub longest_tokens: usize,
+    /// The memory budget, bytes, and where it came from.
+    pub budget_bytes: u64,
+    pub budget_from: String,
+    /// The process's resident memory with the model loaded, before the first call, bytes.
+    pub loaded_bytes: u64,
+    pub steps: Vec<Step>,
+    /// Why the steps stopped growing.
+    pub stopped: String,
+    pub recommended: Option<Recommendation>,
+    /// Session layouts tried at the recommended setting.
+    pub layouts: Vec<Layout>,
+}
+
+/// One step: calls of `batch_tokens` padded tokens on the longest texts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Step {
+    pub batch_tokens: usize,
+    pub rows: usize,
+    pub padded_length: usize,
+    /// Peak resident memory of the process during the step, bytes.
+    pub peak_bytes: u64,
+    pub useful_tokens_per_second: f64,
+    /// Whether the peak stayed within the budget's margin.
+    pub fits: bool,
+    /// The failure of the step's call, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The setting to run with, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recommendation {
+    pub batch_tokens: usize,
+    /// Set when the default `embed.max_batch_rows` would cut the recommended calls short.
+    pub max_batch_rows: Option<usize>,
+    pub why: String,
+    /// The SET lines to paste into the job.
+    pub set: Vec<String>,
+}
+
+/// A session layout and its rate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Layout {
+    pub sessions_per_device: usize,
+    pub intra_threads: usize,
+    pub useful_tokens_per_second: f64,
+    pub peak_bytes: u64,
+}
+
+/// Probe the first write into Lance of the job file, and print what was found.
+pub async fn probe_file(file: &Path, budget: Option<u64>, max_batch_tokens: usize, json: bool) -> anyhow::Result<()> {
+    let (session, statements) = load_job(file)?;
+    let mut writes = JobWrites::new(file, &session, &statements);
+    let Some((stmt, plan, target)) = writes.next().await? else {
+        bail!(
+            "{} writes nothing into Lance (COPY … STORED AS LANCE, INSERT INTO a Lance table): nothing to probe",
+            file.display()
+        );
+    };
+    let options = EmbedOptions::from_config(session.context().state().config_options());
+    let longest = async {
+        let (input, text) = counting_input(&session, &plan, &target).await?;
+        let counter: Arc<dyn ExecutionPlan> =
+            Arc::new(TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?);
+        let top = SortExec::new(longest_first(&counter.schema())?, counter).with_fetch(Some(LONGEST_TEXTS));
+        let mut stream = top.execute(0, session.context().task_ctx())?;
+        let mut longest = Vec::new();
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
+            let counts = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
+            for (t, n) in string_values(&texts)?.into_iter().zip(counts.values().iter()) {
+                if let Some(t) = t {
+                    longest.push((t.to_string(), *n as usize));
+                }
+            }
+        }
+        anyhow::Ok(longest)
+    }
+    .await
+    .map_err(|e| writes.fail(stmt, &e))?;
+    if longest.is_empty() {
+        bail!("{}: the write into {} has no text to probe with", file.display(), target.uri);
+    }
+    let report = tokio::task::spawn_blocking(move || probe(&options, &longest, budget, max_batch_tokens))
+        .await
+        .map_err(|e| anyhow!("the probe failed: {e}"))??;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    if report.recommended.is_none() {
+        let first = &report.steps[0];
+        bail!(
+            "no setting fits the memory budget of {}: the smallest call ({} tokens) peaked at {}; free memory or raise \
+             --memory-budget",
+            mib(report.budget_bytes),
+            first.batch_tokens,
+            mib(first.peak_bytes)
+        );
+    }
+    Ok(())
+}
+
+/// The steps, the recommendation and the layouts, on `longest` (text, token count), longest first.
+fn probe(
+    options: &EmbedOptions,
+    longest: &[(String, usize)],
+    budget: Option<u64>,
+    max_batch_tokens: usize,
+) -> anyhow::Result<ProbeReport> {
+    let embedder = options.embedder()?;
+    let (settings, _) = Fingerprint::for_options(options)?;
+    let longest_tokens = longest[0].1.max(1);
+    let loaded = memory::resident().unwrap_or(0);
+    let (budget_bytes, budget_from) = match budget {
+        Some(b) => (b, "--memory-budget".to_string()),
+        None => {
+            let available = memory::available().unwrap_or(0);
+            (loaded + available / 10 * 9, "90% of the memory available, plus what the loaded model holds".to_string())
+        }
+    };
+    let usable = (budget_bytes as f64 * MARGIN) as u64;
+    let mut steps: Vec<Step> = Vec::new();
+    let mut batch_tokens = FIRST_BATCH_TOKENS.max(longest_tokens).next_power_of_two();
+    let stopped = loop {
+        let step = measure(embedder.as_ref(), &settings, longest, batch_tokens, usable);
+        let (fits, failed, peak) = (step.fits, step.error.clone(), step.peak_bytes);
+        steps.push(step);
+        if let Some(e) = failed {
+            break format!("the call of {batch_tokens} tokens failed: {e}");
+        }
+        if !fits {
+            break format!(
+                "the call of {batch_tokens} tokens peaked at {}, past {} ({:.0}% of the budget)",
+                mib(peak),
+                mib(usable),
+                MARGIN * 100.0
+            );
+        }
+        // Memory grows about linearly with the tokens of a call: doubling them adds what they took.
+        let previous = steps.iter().rev().nth(1).map_or(loaded, |s| s.peak_bytes);
+        let next = peak + peak.saturating_sub(previous).max(peak.saturating_sub(loaded));
+        if next > usable {
+            break format!(
+                "the next step ({} tokens) would need about {}, past {} ({:.0}% of the budget)",
+                batch_tokens * 2,
+                mib(next),
+                mib(usable),
+                MARGIN * 100.0
+            );
+        }
+        if batch_tokens * 2 > max_batch_tokens {
+            break format!("reached --max-batch-tokens {max_batch_tokens}");
+        }
+        if plateau(&steps) {
+            break "larger calls were no faster: the last two steps ran below the best".to_string();
+        }
+        batch_tokens *= 2;
+    };
+    let mut recommended = recommend(&steps, &stopped, longest_tokens, options.max_batch_rows);
+    if let Some(r) = recommended.as_mut() {
+        r.set.push(format!("SET embed.memory_budget = '{}MiB';", budget_bytes >> 20));
+    }
+    let mut layouts = Vec::new();
+    if let Some(r) = &recommended {
+        layouts = try_layouts(options, &settings, longest, r.batch_tokens)?;
+    }
+    Ok(ProbeReport {
+        device: embedder.device().clone(),
+        longest_tokens,
+        budget_bytes,
+        budget_from,
+        loaded_bytes: loaded,
+        steps,
+        stopped,
+        recommended,
+        layouts,
+    })
+}
+
+/// Calls of `batch_tokens` padded tokens on the longest texts: one untimed, then [`TIMED_CALLS`] timed.
+fn measure(
+    embedder: &dyn TextEmbedder,
+    settings: &CallSettings,
+    longest: &[(String, usize)],
+    batch_tokens: usize,
+    usable: u64,
+) -> Step {
+    let padded = longest[0].1.max(1);
+    let rows = (batch_tokens / padded).max(1);
+    let texts: Vec<Option<&str>> = (0..rows).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
+    let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
+    memory::reset_peak();
+    let timed = (|| -> crate::Result<f64> {
+        embedder.embed(&texts, &settings)?;
+        let started = Instant::now();
+        let mut useful = 0;
+        for _ in 0..TIMED_CALLS {
+            useful += embedder.embed(&texts, &settings)?.stats.useful_tokens;
+        }
+        Ok(useful as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    })();
+    let peak_bytes = memory::peak().unwrap_or(0);
+    let (rate, error) = match timed {
+        Ok(rate) => (rate, None),
+        Err(e) => (0.0, Some(super::plain(&e.to_string()))),
+    };
+    Step {
+        batch_tokens,
+        rows,
+        padded_length: padded,
+        peak_bytes,
+        useful_tokens_per_second: rate,
+        fits: error.is_none() && peak_bytes <= usable,
+        error,
+    }
+}
+
+/// Whether the last two steps both ran slower than the best before them (beyond noise).
+fn plateau(steps: &[Step]) -> bool {
+    let n = steps.len();
+    if n < 3 {
+        return false;
+    }
+    let best = steps[..n - 2].iter().map(|s| s.useful_tokens_per_second).fold(0.0, f64::max);
+    steps[n - 2..].iter().all(|s| s.useful_tokens_per_second < best * (1.0 + SAME_SPEED))
+}
+
+/// The fastest step that fits; among steps within noise of it, the smallest (less memory for the same speed).
+fn recommend(steps: &[Step], stopped: &str, longest_tokens: usize, max_batch_rows: usize) -> Option<Recommendation> {
+    let fitting: Vec<&Step> = steps.iter().filter(|s| s.fits).collect();
+    let best = fitting.iter().map(|s| s.useful_tokens_per_second).fold(0.0, f64::max);
+    let pick = fitting.iter().find(|s| s.useful_tokens_per_second >= best * (1.0 - SAME_SPEED))?;
+    let largest_fitting = fitting.last().is_some_and(|s| s.batch_tokens == pick.batch_tokens);
+    let why = if largest_fitting && (steps.len() > fitting.len() || stopped.contains("budget")) {
+        format!("the largest setting that fits the memory budget with a margin ({stopped})")
+    } else if largest_fitting {
+        format!("the fastest setting tried ({stopped})")
+    } else {
+        format!(
+            "the fastest that fits: larger calls ran no faster (within {:.0}%), so they would only take more memory",
+            SAME_SPEED * 100.0
+        )
+    };
+    let rows = (pick.batch_tokens / longest_tokens).max(1);
+    let max_rows = (rows > max_batch_rows).then_some(rows);
+    let mut set = vec![format!("SET embed.batch_tokens = {};", pick.batch_tokens)];
+    if let Some(r) = max_rows {
+        set.push(format!("SET embed.max_batch_rows = {r};"));
+    }
+    Some(Recommendation { batch_tokens: pick.batch_tokens, max_batch_rows: max_rows, why, set })
+}
+
+/// The layouts worth comparing on this device, each run on four calls of `batch_tokens` after a warm-up.
+fn try_layouts(
+    options: &EmbedOptions,
+    settings: &CallSettings,
+    longest: &[(String, usize)],
+    batch_tokens: usize,
+) -> anyhow::Result<Vec<Layout>> {
+    let placement = options.placement()?;
+    let threads = placement.intra_threads.max(1);
+    let candidates: Vec<(usize, usize)> = match placement.device {
+        Device::Cpu if threads >= 2 => vec![(1, threads), (2, threads / 2)],
+        Device::Cpu => return Ok(Vec::new()),
+        Device::Cuda(_) => vec![(1, threads), (2, threads)],
+    };
+    let padded = longest[0].1.max(1);
+    let rows = (batch_tokens / padded).max(1);
+    let texts: Vec<Option<&str>> = (0..rows * 4).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
+    let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
+    let mut layouts = Vec::new();
+    for (sessions, intra) in candidates {
+        let layout = EmbedOptions { sessions_per_device: sessions, intra_threads: intra, ..options.clone() };
+        let embedder = layout.embedder()?;
+        memory::reset_peak();
+        embedder.embed(&texts, &settings)?;
+        let started = Instant::now();
+        let useful = embedder.embed(&texts, &settings)?.stats.useful_tokens;
+        let rate = useful as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        layouts.push(Layout {
+            sessions_per_device: sessions,
+            intra_threads: intra,
+            useful_tokens_per_second: rate,
+            peak_bytes: memory::peak().unwrap_or(0),
+        });
+    }
+    Ok(layouts)
+}
+
+fn print_report(r: &ProbeReport) {
+    println!("probe on {}", r.device);
+    println!(
+        "  longest texts: {} tokens; memory budget {} ({}); {} with the model loaded",
+        r.longest_tokens,
+        mib(r.budget_bytes),
+        r.budget_from,
+        mib(r.loaded_bytes)
+    );
+    println!("  batch_tokens   rows  padded length    peak memory  useful tokens/s");
+    for s in &r.steps {
+        let note = match (&s.error, s.fits) {
+            (Some(e), _) => format!("  failed: {e}"),
+            (None, false) => "  past the budget's margin".to_string(),
+            (None, true) => String::new(),
+        };
+        println!(
+            "  {:>12} {:>6} {:>14} {:>14} {:>16.0}{note}",
+            s.batch_tokens,
+            s.rows,
+            s.padded_length,
+            mib(s.peak_bytes),
+            s.useful_tokens_per_second
+        );
+    }
+    println!("  stopped: {}", r.stopped);
+    let Some(rec) = &r.recommended else { return };
+    println!("recommended: embed.batch_tokens = {}: {}", rec.batch_tokens, rec.why);
+    for line in &rec.set {
+        println!("  {line}");
+    }
+    if let [current, other, ..] = r.layouts.as_slice() {
+        println!("session layouts at {} tokens a call:", rec.batch_tokens);
+        for l in &r.layouts {
+            println!(
+                "  {} session(s) x {} thread(s): {:.0} useful tokens/s, peak {}",
+                l.sessions_per_device,
+                l.intra_threads,
+                l.useful_tokens_per_second,
+                mib(l.peak_bytes)
+            );
+        }
+        if other.useful_tokens_per_second > current.useful_tokens_per_second * (1.0 + SAME_SPEED) {
+            println!(
+                "  {:.2}x faster: SET embed.sessions_per_device = {}; SET embed.intra_threads = {};",
+                other.useful_tokens_per_second / current.useful_tokens_per_second,
+                other.sessions_per_device,
+                other.intra_threads
+            );
+        } else {
+            println!("  the single session is as fast or faster: keep the default layout");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(batch_tokens: usize, rate: f64, fits: bool) -> Step {
+        Step {
+            batch_tokens,
+            rows: batch_tokens / 256,
+            padded_length: 256,
+            peak_bytes: 0,
+            useful_tokens_per_second: rate,
+            fits,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_fastest_fitting_step_is_recommended_not_the_largest() {
+        let steps =
+            [step(512, 3000.0, true), step(1024, 3900.0, true), step(2048, 4000.0, true), step(4096, 3700.0, true)];
+        let r = recommend(&steps, "larger calls were no faster", 256, 256).unwrap();
+        // 1024 is within 3% of 2048's rate, and takes less memory.
+        assert_eq!(r.batch_tokens, 1024);
+        assert!(r.why.contains("larger calls ran no faster"), "{}", r.why);
+        assert_eq!(r.set, ["SET embed.batch_tokens = 1024;"]);
+    }
+
+    #[test]
+    fn a_memory_limit_is_named_and_max_batch_rows_raised_where_it_binds() {
+        let steps = [step(512, 1000.0, true), step(1024, 2000.0, true), step(2048, 3000.0, false)];
+        // Texts of 4 tokens: 1,024-token calls hold 256 rows, past a max_batch_rows of 128.
+        let r = recommend(&steps, "the call of 2048 tokens peaked past the budget", 4, 128).unwrap();
+        assert_eq!(r.batch_tokens, 1024);
+        assert!(r.why.contains("the largest setting that fits the memory budget"), "{}", r.why);
+        assert_eq!(r.max_batch_rows, Some(256));
+        assert_eq!(r.set, ["SET embed.batch_tokens = 1024;", "SET embed.max_batch_rows = 256;"]);
+        assert!(recommend(&[step(512, 10.0, false)], "", 256, 256).is_none(), "nothing fits: no recommendation");
+    }
+
+    #[test]
+    fn growth_stops_after_two_steps_below_the_best() {
+        let mut steps = vec![step(512, 3000.0, true), step(1024, 4000.0, true), step(2048, 3950.0, true)];
+        assert!(!plateau(&steps));
+        steps.push(step(4096, 4050.0, true));
+        assert!(plateau(&steps), "4050 is within noise of 4000");
+        steps.push(step(8192, 5000.0, true));
+        assert!(!plateau(&steps));
+    }
+}

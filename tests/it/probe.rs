@@ -1,0 +1,118 @@
+//! `pipeline probe`: real model calls on the corpus's longest texts, a recommendation that a run then
+//! keeps under the memory budget, and the refusals.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cli::{pipeline, text};
+use crate::common::{model_dir, write_jsonl};
+
+/// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
+/// must find them).
+fn corpus(dir: &Path) {
+    let long = "embedding campaigns need their longest texts measured before they start ".repeat(30);
+    let rows: Vec<(String, String)> = (0..300)
+        .map(|i| {
+            let text = if (130..170).contains(&i) { format!("{i} {long}") } else { format!("short text number {i}") };
+            (format!("d{i:03}"), text)
+        })
+        .collect();
+    let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), Some(t.as_str()))).collect();
+    write_jsonl(&dir.join("docs.jsonl"), &rows);
+}
+
+fn job(dir: &Path, name: &str, extra: &str) {
+    let sql = format!(
+        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+}
+
+/// Peak resident memory of a `pipeline` run, read from /proc while it runs, and whether it succeeded.
+fn run_peak(dir: &Path, args: &[&str]) -> (u64, bool) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            let kib =
+                status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map(|v| v.trim().trim_end_matches("kB").trim());
+            peak = peak.max(kib.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return (peak, status.success());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d);
+    job(d, "job.sql", "");
+    // First without a budget, to learn what the loaded model holds here.
+    let o = pipeline(&["probe", "job.sql", "--json", "--max-batch-tokens", "4096"], d);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let free: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(free["longest_tokens"], 256, "the longest texts, from the middle of the corpus, cut at the limit");
+    let steps = free["steps"].as_array().unwrap();
+    assert!(!steps.is_empty() && steps.iter().all(|s| s["useful_tokens_per_second"].as_f64().unwrap() > 0.0), "{free}");
+    assert_eq!(steps[0]["batch_tokens"], 512);
+    assert!(steps.windows(2).all(|w| w[1]["batch_tokens"].as_u64() == w[0]["batch_tokens"].as_u64().map(|b| b * 2)));
+
+    // A budget the larger steps pass: the probe stops at it, and a run at its setting stays under it.
+    let loaded = free["loaded_bytes"].as_u64().unwrap();
+    let budget = (loaded + 256 * 1024 * 1024) * 5 / 4;
+    let o = pipeline(&["probe", "job.sql", "--json", "--memory-budget", &budget.to_string()], d);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let probed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rec = &probed["recommended"];
+    let set: Vec<&str> = rec["set"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert!(set[0].starts_with("SET embed.batch_tokens = "), "{rec}");
+    let chosen = probed["steps"].as_array().unwrap().iter().find(|s| s["batch_tokens"] == rec["batch_tokens"]).unwrap();
+    assert!(chosen["fits"].as_bool().unwrap() && chosen["peak_bytes"].as_u64().unwrap() <= budget, "{probed}");
+    job(d, "run.sql", &set.join("\n"));
+    let (peak, ok) = run_peak(d, &["run", "run.sql"]);
+    assert!(ok, "the run at the recommended setting succeeds");
+    assert!(peak > 0 && peak <= budget, "the run peaked at {peak} bytes, over the budget of {budget}: {probed}");
+
+    // The human form: the table, the reason and the line to paste.
+    let o = pipeline(&["probe", "job.sql", "--memory-budget", &budget.to_string()], d);
+    let shown = text(&o).0;
+    assert!(shown.contains("batch_tokens   rows") && shown.contains("recommended: embed.batch_tokens = "), "{shown}");
+    // (Its choice may differ from the run above's: rates within noise of each other.)
+    assert!(shown.contains("  SET embed.batch_tokens = ") && shown.contains("stopped: "), "{shown}");
+}
+
+#[test]
+fn a_budget_nothing_fits_and_a_bad_size_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d);
+    job(d, "job.sql", "");
+    let o = pipeline(&["probe", "job.sql", "--memory-budget", "10MB"], d);
+    let (stdout, stderr) = text(&o);
+    assert!(!o.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("no setting fits the memory budget") && stderr.contains("raise --memory-budget"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("past the budget's margin"), "the table still shows what was measured: {stdout}");
+    let o = pipeline(&["probe", "job.sql", "--memory-budget", "lots"], d);
+    assert!(!o.status.success() && text(&o).1.contains("--memory-budget"), "{}", text(&o).1);
+    std::fs::write(d.join("read.sql"), "SELECT 1;").unwrap();
+    let o = pipeline(&["probe", "read.sql"], d);
+    assert!(!o.status.success() && text(&o).1.contains("nothing to probe"), "{}", text(&o).1);
+}
