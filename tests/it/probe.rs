@@ -116,3 +116,30 @@ fn a_budget_nothing_fits_and_a_bad_size_are_refused() {
     let o = pipeline(&["probe", "read.sql"], d);
     assert!(!o.status.success() && text(&o).1.contains("nothing to probe"), "{}", text(&o).1);
 }
+
+#[test]
+fn a_run_records_its_peak_memory_and_warns_near_the_budget_a_probe_assumed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d);
+    // A budget every run passes: the warning says so.
+    job(d, "job.sql", "SET embed.memory_budget = '64MiB';");
+    let o = pipeline(&["run", "job.sql"], d);
+    let (_, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: this run's memory peaked at") && stderr.contains("64 MiB"), "{stderr}");
+    assert!(stderr.contains("and passed it"), "{stderr}");
+    let o = pipeline(&["inspect", "out/docs.lance", "--json"], d);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let peak = j["versions"][0]["run"]["peak_memory_bytes"].as_u64().unwrap();
+    assert!(peak > 64 << 20, "{j}");
+    // A roomy budget: no warning.
+    job(d, "roomy.sql", "SET embed.memory_budget = '1TiB'; SET embed.restart = true;");
+    let o = pipeline(&["run", "roomy.sql"], d);
+    assert!(o.status.success() && !text(&o).1.contains("warning"), "{}", text(&o).1);
+    // A budget that is not a size is refused at the SET.
+    job(d, "bad.sql", "SET embed.memory_budget = 'lots';");
+    let o = pipeline(&["run", "bad.sql"], d);
+    let stderr = text(&o).1;
+    assert!(!o.status.success() && stderr.contains("memory_budget") && stderr.contains("such as 900MB"), "{stderr}");
+}
