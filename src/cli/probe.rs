@@ -1,6 +1,7 @@
 //! `pipeline probe job.sql [--memory-budget SIZE] [--json]`: find the batch setting a campaign can afford
-//! on this machine's device before it runs. It takes the corpus's longest texts (one streaming tokenising
-//! pass, the top kept by DataFusion's sort with a limit), makes real model calls on them at full length
+//! on this machine's device before it runs. It takes the corpus's longest texts (from the head of the
+//! plan's work list when `pipeline plan` made one for this write and the corpus is unchanged since; else
+//! one streaming tokenising pass, the top kept by DataFusion's sort with a limit), makes real model calls on them at full length
 //! with `embed.batch_tokens` doubling, and measures each call's peak memory and useful tokens/s, until
 //! the next step would pass the memory budget, a call fails, or larger calls stop being faster. It then
 //! recommends the fastest setting that fits with a margin, and tries the session layout.
@@ -20,15 +21,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail};
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::UInt32Type;
+use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, counting_input, load_job};
+use crate::campaign::plan::{Plan, WORK_LIST_FILE};
 use crate::campaign::{DeviceInfo, Fingerprint};
+use crate::lance::resume::WriteTarget;
+use crate::lance::sink::fingerprint_of_columns;
 use crate::memory::{self, mib};
 use crate::model::{CallSettings, Device, TextEmbedder};
 use crate::options::EmbedOptions;
@@ -55,6 +61,8 @@ pub struct ProbeReport {
     pub device: DeviceInfo,
     /// Token count of the longest text (after truncation): every call is padded to about this.
     pub longest_tokens: usize,
+    /// Where the longest texts came from: a plan's work list, or a tokenising pass.
+    pub longest_from: String,
     /// The memory budget, bytes, and where it came from.
     pub budget_bytes: u64,
     pub budget_from: String,
@@ -115,33 +123,31 @@ pub async fn probe_file(file: &Path, budget: Option<u64>, max_batch_tokens: usiz
         );
     };
     let options = EmbedOptions::from_config(session.context().state().config_options());
-    let longest = async {
+    let (longest, longest_from) = async {
         let (input, text) = counting_input(&session, &plan, &target).await?;
+        let dir = super::plan::plan_dir(&target.uri);
+        if let Some(longest) = longest_from_plan(&dir, &target, &options, &text).await? {
+            return anyhow::Ok((longest, format!("the plan {}", dir.display())));
+        }
         let counter: Arc<dyn ExecutionPlan> =
             Arc::new(TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?);
         let top = SortExec::new(longest_first(&counter.schema())?, counter).with_fetch(Some(LONGEST_TEXTS));
         let mut stream = top.execute(0, session.context().task_ctx())?;
         let mut longest = Vec::new();
         while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
-            let counts = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
-            for (t, n) in string_values(&texts)?.into_iter().zip(counts.values().iter()) {
-                if let Some(t) = t {
-                    longest.push((t.to_string(), *n as usize));
-                }
-            }
+            longest.extend(texts_and_counts(&batch?, &text)?);
         }
-        anyhow::Ok(longest)
+        anyhow::Ok((longest, "a tokenising pass over the corpus".to_string()))
     }
     .await
     .map_err(|e| writes.fail(stmt, &e))?;
     if longest.is_empty() {
         bail!("{}: the write into {} has no text to probe with", file.display(), target.uri);
     }
-    let report = tokio::task::spawn_blocking(move || probe(&options, &longest, budget, max_batch_tokens))
+    let mut report = tokio::task::spawn_blocking(move || probe(&options, &longest, budget, max_batch_tokens))
         .await
         .map_err(|e| anyhow!("the probe failed: {e}"))??;
+    report.longest_from = longest_from;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -158,6 +164,48 @@ pub async fn probe_file(file: &Path, budget: Option<u64>, max_batch_tokens: usiz
         );
     }
     Ok(())
+}
+
+/// The texts of a batch that holds [`TOKEN_COUNT`], with their counts; NULL texts left out.
+fn texts_and_counts(batch: &RecordBatch, text: &Arc<dyn PhysicalExpr>) -> anyhow::Result<Vec<(String, usize)>> {
+    let texts = text.evaluate(batch)?.into_array(batch.num_rows())?;
+    let counts = batch
+        .column_by_name(TOKEN_COUNT)
+        .ok_or_else(|| anyhow!("no {TOKEN_COUNT} column"))?
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| anyhow!("a bad {TOKEN_COUNT} column"))?
+        .clone();
+    Ok(string_values(&texts)?
+        .into_iter()
+        .zip(counts.values().iter())
+        .filter_map(|(t, n)| Some((t?.to_string(), *n as usize)))
+        .collect())
+}
+
+/// The longest texts from the head of the plan's work list (ordered longest first), when the plan in
+/// `dir` is this write's (same query, fingerprint and sources): no tokenising pass is needed then.
+async fn longest_from_plan(
+    dir: &Path,
+    target: &WriteTarget,
+    options: &EmbedOptions,
+    text: &Arc<dyn PhysicalExpr>,
+) -> anyhow::Result<Option<Vec<(String, usize)>>> {
+    let Ok((plan, _)) = Plan::read(dir) else { return Ok(None) };
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    let same_settings = fingerprint.is_some_and(|f| plan.fingerprint.differences(&f).is_empty());
+    if !same_settings
+        || plan.write_digest != super::plan::write_digest(target, &options.id_column)
+        || !super::plan::source_changes(&plan).await.is_empty()
+    {
+        return Ok(None);
+    }
+    let Ok(file) = tokio::fs::File::open(dir.join(WORK_LIST_FILE)).await else { return Ok(None) };
+    let mut rows = ParquetRecordBatchStreamBuilder::new(file).await?.with_limit(LONGEST_TEXTS).build()?;
+    let mut longest = Vec::new();
+    while let Some(batch) = rows.next().await {
+        longest.extend(texts_and_counts(&batch?, text)?);
+    }
+    Ok(Some(longest))
 }
 
 /// The steps, the recommendation and the layouts, on `longest` (text, token count), longest first.
@@ -227,6 +275,7 @@ fn probe(
     Ok(ProbeReport {
         device: embedder.device().clone(),
         longest_tokens,
+        longest_from: String::new(),
         budget_bytes,
         budget_from,
         loaded_bytes: loaded,
@@ -350,8 +399,9 @@ fn try_layouts(
 fn print_report(r: &ProbeReport) {
     println!("probe on {}", r.device);
     println!(
-        "  longest texts: {} tokens; memory budget {} ({}); {} with the model loaded",
+        "  longest texts: {} tokens (from {}); memory budget {} ({}); {} with the model loaded",
         r.longest_tokens,
+        r.longest_from,
         mib(r.budget_bytes),
         r.budget_from,
         mib(r.loaded_bytes)

@@ -70,6 +70,7 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     let steps = free["steps"].as_array().unwrap();
     assert!(!steps.is_empty() && steps.iter().all(|s| s["useful_tokens_per_second"].as_f64().unwrap() > 0.0), "{free}");
     assert_eq!(steps[0]["batch_tokens"], 512);
+    assert_eq!(free["longest_from"], "a tokenising pass over the corpus");
     assert!(steps.windows(2).all(|w| w[1]["batch_tokens"].as_u64() == w[0]["batch_tokens"].as_u64().map(|b| b * 2)));
 
     // A budget the larger steps pass: the probe stops at it, and a run at its setting stays under it.
@@ -94,6 +95,14 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert!(shown.contains("batch_tokens   rows") && shown.contains("recommended: embed.batch_tokens = "), "{shown}");
     // (Its choice may differ from the run above's: rates within noise of each other.)
     assert!(shown.contains("  SET embed.batch_tokens = ") && shown.contains("stopped: "), "{shown}");
+
+    // With a current plan, the longest texts come from its work list, the same ones.
+    assert!(pipeline(&["plan", "job.sql"], d).status.success());
+    let o = pipeline(&["probe", "job.sql", "--json", "--max-batch-tokens", "1024"], d);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let planned: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(planned["longest_from"].as_str().unwrap().starts_with("the plan "), "{planned}");
+    assert_eq!(planned["longest_tokens"], 256);
 }
 
 #[test]
