@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -256,6 +256,66 @@ print(f"{cmp['max_abs_diff']:.1e}).\n")
 print(f"The plan found {t['truncated_documents']:,} of {t['documents']:,} texts ({h['documents_over_limit']*100:.1f}%) past the")
 print(f"{t['max_tokens']}-token limit, losing {t['dropped_tokens']:,} of {t['tokens_before_truncation']:,} tokens ({h['tokens_over_limit']*100:.1f}%),")
 print(f"in {len(plan['units'])} units of about {plan['unit_tokens']:,} useful tokens.\n")
+PY
+}
+
+section_trial() {
+  # The whole corpus at the defaults: plan, the probe's table, a trial on about a minute of embedding (no
+  # probe: it predicts the default settings a user runs with), a second trial with 1 intra-op thread compared
+  # with the first's vectors, the full run from the plan whose time was predicted, and the two trials priced.
+  # About 35 minutes on 2 cores.
+  local n="${BENCH_TRIAL_DOCS:-1000000}" minutes="${BENCH_TRIAL_MINUTES:-1}"
+  corpus "$n" 1 "$WORK/t.jsonl"
+  job "$WORK/trial.sql" "$WORK/t.jsonl" "$WORK/campaign.lance"
+  job "$WORK/trial1.sql" "$WORK/t.jsonl" "$WORK/campaign.lance" "SET embed.intra_threads = 1"
+  "$PIPELINE" plan "$WORK/trial.sql" > /dev/null
+  "$PIPELINE" probe "$WORK/trial.sql" --json > "$WORK/probe.json"
+  "$PIPELINE" trial "$WORK/trial.sql" --no-probe --minutes "$minutes" --name cpu-2t --save "$WORK/cpu-2t.json" > "$WORK/trial.out"
+  "$PIPELINE" trial "$WORK/trial1.sql" --no-probe --minutes "$minutes" --name cpu-1t --save "$WORK/cpu-1t.json" \
+    --reference "$WORK/cpu-2t.lance" > "$WORK/trial1.out"
+  read -r wr mr fr < <(timed "$WORK/trial.sql")
+  "$PIPELINE" cost "$WORK/cpu-2t.json" "$WORK/cpu-1t.json" --prices examples/prices.toml --deadline 40min \
+    --chart "$ROOT/docs/cost-cpu.svg" > "$WORK/cost.txt"
+  python3 - "$wr" "$mr" "$WORK" > "$RESULTS_DIR/trial.md" <<'PY'
+import json, sys
+wr, mr = float(sys.argv[1]), float(sys.argv[2])
+work = sys.argv[3]
+probe = json.load(open(f"{work}/probe.json"))
+t2, t1 = json.load(open(f"{work}/cpu-2t.json")), json.load(open(f"{work}/cpu-1t.json"))
+p, s = t2["prediction"], t2["sample"]
+print("## Trial: `pipeline probe`, `pipeline trial` and `pipeline cost`\n")
+print(f"All {t2['corpus']['rows']:,} documents of debian_desc_en ({t2['corpus']['useful_tokens']:,} useful tokens).\n")
+print(f"**Probe** (`pipeline probe`, longest texts {probe['longest_tokens']} tokens, from {probe['longest_from']}):\n")
+print("| batch_tokens | rows | peak RSS MiB | useful tokens/s |")
+print("|---|---|---|---|")
+for st in probe["steps"]:
+    print(f"| {st['batch_tokens']:,} | {st['rows']} | {st['peak_bytes']/2**20:.0f} | {st['useful_tokens_per_second']:,.0f} |")
+rec = probe.get("recommended") or {}
+print(f"\nRecommended: {rec.get('batch_tokens')} ({rec.get('why')}). Layouts at it: " + ", ".join(
+    f"{l['sessions_per_device']} x {l['intra_threads']} threads {l['useful_tokens_per_second']:,.0f} tokens/s" for l in probe["layouts"]) + ".\n")
+print(f"**Trial at the defaults** (`--no-probe --minutes`, batch_tokens {t2['settings']['batch_tokens']}, "
+      f"{t2['settings']['sessions_per_device']} session x {t2['settings']['intra_threads']} threads): a sample of {s['rows']:,} rows, "
+      f"{s['useful_tokens']:,} useful tokens = **{s['share_of_tokens']*100:.1f}% of the corpus's tokens**; its length mix within "
+      f"{s['largest_bin_difference']*100:.2f} points of the corpus's in every bin.\n")
+print("| stratum | tokens/text | corpus tokens | sample tokens | timed calls | useful tokens/s | predicted s |")
+print("|---|---|---|---|---|---|---|")
+for st in t2["strata"]:
+    print(f"| {st['stratum']} | {st['shortest']}-{st['longest']} | {st['corpus_tokens']:,} | {st['sample_tokens']:,} | {st['timed_calls']} | {st['useful_tokens_per_second']:,.0f} | {st['predicted_seconds']:.1f} |")
+err = p["seconds"] / wr - 1
+print(f"\n| | seconds |\n|---|---|")
+print(f"| predicted (range) | {p['seconds']:.1f} ({p['low_seconds']:.1f} to {p['high_seconds']:.1f}) |")
+print(f"| of which model load / start / finish | {p['model_load_seconds']:.1f} / {p['startup_seconds']:.1f} / {p['finish_seconds']:.1f} |")
+print(f"| actual: `pipeline run` from the plan, same settings (peak RSS {mr/1024:.0f} MiB) | {wr:.1f} |")
+print(f"\n**Prediction / actual = {p['seconds']/wr:.3f} ({err*100:+.1f}%)**; target: within 10%. The actual time falls "
+      f"{'inside' if p['low_seconds'] <= wr <= p['high_seconds'] else 'outside'} the predicted range.\n")
+c = t1.get("comparison") or {}
+print(f"**Two CPU \"devices\"**: the same trial with `SET embed.intra_threads = 1` (cpu-1t) predicts {t1['prediction']['seconds']:.1f} s; "
+      f"its vectors against cpu-2t's: {c.get('matched')} ids, minimum cosine {c.get('min_cosine')}, largest difference {c.get('max_abs_diff')}. "
+      "Priced from `examples/prices.toml` (placeholder prices), deadline 40 minutes "
+      "(`pipeline cost`, chart: `docs/cost-cpu.svg`):\n")
+print("```")
+print(open(f"{work}/cost.txt").read().rstrip())
+print("```\n")
 PY
 }
 

@@ -49,6 +49,8 @@ pub struct RunMetrics {
     first_call: std::sync::OnceLock<std::time::Instant>,
     /// The plans the writes now running execute, by output URI.
     plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
+    /// When kept (a trial): the moment each embedded batch was sent on, and the useful tokens sent so far.
+    timeline: Mutex<Option<Vec<(std::time::Instant, u64)>>>,
 }
 
 /// Held by a live embedding stream; see [`RunMetrics::embedding_started`].
@@ -159,6 +161,10 @@ impl RunMetrics {
 
     /// Send the counters of a batch of `rows` embedded rows on to the sink that will receive them.
     pub fn send_embedded(&self, rows: u64, stats: EmbedStats) {
+        if let Some(timeline) = self.timeline.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let so_far = timeline.last().map_or(0, |(_, tokens)| *tokens) + stats.useful_tokens;
+            timeline.push((std::time::Instant::now(), so_far));
+        }
         self.in_transit.lock().unwrap_or_else(|e| e.into_inner()).push_back((rows, stats));
     }
 
@@ -189,6 +195,17 @@ impl RunMetrics {
     /// Whether an embedding stream is alive: one that ends by itself soon after a stop request.
     pub fn embedding_active(&self) -> bool {
         self.embedding.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// Keep a timeline of the embedded batches from now on (see [`Self::take_timeline`]).
+    pub fn keep_timeline(&self) {
+        *self.timeline.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// The timeline kept since [`Self::keep_timeline`]: when each embedded batch was sent on, and the
+    /// useful tokens sent so far; keeping stops.
+    pub fn take_timeline(&self) -> Vec<(std::time::Instant, u64)> {
+        self.timeline.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default()
     }
 
     /// Forget counters no sink received (a write that failed or stopped early), before a new write.

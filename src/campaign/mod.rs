@@ -5,12 +5,14 @@
 //!   fingerprint is refused.
 //! - [`plan`]: what `pipeline plan` prepares before renting: totals, work units, the source as it was.
 //! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
+//! - [`trial`]: a trial's strata, sample and extrapolation to the whole corpus.
 
 pub mod fingerprint;
 pub mod ids;
 pub mod interrupt;
 pub mod plan;
 pub mod record;
+pub mod trial;
 
 pub use fingerprint::{FINGERPRINT_KEY, Fingerprint};
 pub use record::{DeviceInfo, EmbedStats, RUN_RECORD_KEY, RunRecord};

@@ -2,6 +2,7 @@
 
 pub mod compare;
 pub mod compare_order;
+pub mod cost;
 pub mod devices;
 pub mod display;
 pub mod histogram;
@@ -12,6 +13,7 @@ pub mod json_lines;
 pub mod plan;
 pub mod probe;
 pub mod run;
+pub mod trial;
 
 use std::path::PathBuf;
 
@@ -105,6 +107,61 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         runtime: Runtime,
+    },
+    /// Price the campaign on this machine's device: probe for a batch setting (unless the job sets
+    /// embed.batch_tokens), embed a sample stratified by token length through the run's own write path,
+    /// and predict the whole corpus's time from the plan, stratum by stratum. Saves trial.json, and the
+    /// sample's vectors beside it; --reference compares them with another dataset's by id.
+    Trial {
+        /// The job file (its first write into Lance is tried; the output itself is not touched).
+        file: PathBuf,
+        /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
+        #[arg(long, default_value_t = 2.0, conflicts_with = "sample")]
+        minutes: f64,
+        /// Rows of the sample, instead of --minutes.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        sample: Option<u64>,
+        /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
+        #[arg(long, default_value = "trial.json")]
+        save: PathBuf,
+        /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
+        /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
+        #[arg(long, value_name = "DATASET")]
+        reference: Option<String>,
+        /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
+        #[arg(long, value_name = "SIZE", value_parser = crate::memory::parse_size)]
+        memory_budget: Option<u64>,
+        /// Keep the job's batch settings; do not probe.
+        #[arg(long)]
+        no_probe: bool,
+        /// The trial's name, which pipeline cost prints and prices it by (default: the device).
+        #[arg(long)]
+        name: Option<String>,
+        /// Print trial.json.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Compare trials of one campaign on several devices: predicted hours (with range), cost, cost per
+    /// million useful tokens, whether the vectors match, whether the deadline is met; and the cheapest
+    /// device that meets it with matching vectors.
+    Cost {
+        /// trial.json files from pipeline trial.
+        #[arg(required = true)]
+        trials: Vec<PathBuf>,
+        /// Hourly prices (see examples/prices.toml, whose prices are placeholders).
+        #[arg(long, value_name = "FILE")]
+        prices: Option<PathBuf>,
+        /// The campaign must finish within this, e.g. 7d, 36h, 90min.
+        #[arg(long, value_parser = cost::parse_deadline)]
+        deadline: Option<f64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Draw hours and cost per device, with the deadline, into this SVG file.
+        #[arg(long, value_name = "FILE")]
+        chart: Option<PathBuf>,
     },
     /// Show what this machine can run on: the ONNX Runtime build and its providers, the NVIDIA driver
     /// and GPUs (name, compute capability, memory), and the CUDA libraries scripts/setup --gpu installed.
@@ -223,6 +280,14 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Probe { file, memory_budget, max_batch_tokens, json, runtime } => {
             runtime.apply();
             probe::probe_file(&file, memory_budget, max_batch_tokens as usize, json).await
+        }
+        Command::Trial { file, minutes, sample, save, reference, memory_budget, no_probe, name, json, runtime } => {
+            runtime.apply();
+            let args = trial::TrialArgs { file, minutes, sample, save, reference, memory_budget, no_probe, name, json };
+            trial::trial_file(&args).await
+        }
+        Command::Cost { trials, prices, deadline, json, chart } => {
+            cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
         }
         Command::Devices { json, runtime } => {
             runtime.apply();

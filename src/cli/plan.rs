@@ -55,7 +55,8 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
-        let made = make_plan(&session, &plan, &target, size).await.map_err(|e| writes.fail(stmt, &e))?;
+        let dir = plan_dir(&target.uri);
+        let made = make_plan(&session, &plan, &target, size, &dir).await.map_err(|e| writes.fail(stmt, &e))?;
         plans.push(made);
     }
     if plans.is_empty() {
@@ -168,11 +169,27 @@ pub fn plan_dir(output: &str) -> PathBuf {
     PathBuf::from(format!("{}.plan", output.trim_end_matches('/')))
 }
 
-async fn make_plan(
+/// The plan in `dir` when it is this write's (same query, fingerprint and sources unchanged), or `None`.
+pub async fn current_plan(dir: &Path, target: &WriteTarget, options: &EmbedOptions) -> anyhow::Result<Option<Plan>> {
+    let Ok((plan, _)) = Plan::read(dir) else { return Ok(None) };
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    let same_settings = fingerprint.is_some_and(|f| plan.fingerprint.differences(&f).is_empty());
+    if !same_settings
+        || plan.write_digest != write_digest(target, &options.id_column)
+        || !source_changes(&plan).await.is_empty()
+    {
+        return Ok(None);
+    }
+    Ok(Some(plan))
+}
+
+/// Plan one write into the plan directory `dir` (replacing what is there).
+pub async fn make_plan(
     session: &EmbedSession,
     write: &LogicalPlan,
     target: &WriteTarget,
     size: UnitSize,
+    dir: &Path,
 ) -> anyhow::Result<(Plan, PathBuf)> {
     let state = session.context().state();
     let options = EmbedOptions::from_config(state.config_options());
@@ -202,7 +219,7 @@ async fn make_plan(
     let mut stream = sorted.execute(0, state.task_ctx())?;
 
     let (settings, _) = crate::campaign::Fingerprint::for_options(&options)?;
-    let dir = plan_dir(&target.uri);
+    let dir = dir.to_path_buf();
     let staging = PathBuf::from(format!("{}.tmp-{}", dir.display(), std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).with_context(|| format!("cannot create {}", staging.display()))?;

@@ -31,10 +31,9 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, counting_input, load_job};
-use crate::campaign::plan::{Plan, WORK_LIST_FILE};
+use crate::campaign::plan::WORK_LIST_FILE;
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::resume::WriteTarget;
-use crate::lance::sink::fingerprint_of_columns;
 use crate::memory::{self, mib};
 use crate::model::{CallSettings, Device, TextEmbedder};
 use crate::options::EmbedOptions;
@@ -50,7 +49,7 @@ const LONGEST_TEXTS: usize = 512;
 /// rows held for the sink).
 const MARGIN: f64 = 0.8;
 /// Rates within this share of each other count as the same: timing noise.
-const SAME_SPEED: f64 = 0.03;
+pub const SAME_SPEED: f64 = 0.03;
 /// Timed calls per step, after one untimed call of the same shape.
 const TIMED_CALLS: u32 = 2;
 
@@ -190,15 +189,15 @@ async fn longest_from_plan(
     options: &EmbedOptions,
     text: &Arc<dyn PhysicalExpr>,
 ) -> anyhow::Result<Option<Vec<(String, usize)>>> {
-    let Ok((plan, _)) = Plan::read(dir) else { return Ok(None) };
-    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
-    let same_settings = fingerprint.is_some_and(|f| plan.fingerprint.differences(&f).is_empty());
-    if !same_settings
-        || plan.write_digest != super::plan::write_digest(target, &options.id_column)
-        || !super::plan::source_changes(&plan).await.is_empty()
-    {
+    if super::plan::current_plan(dir, target, options).await?.is_none() {
         return Ok(None);
     }
+    read_longest(dir, text).await
+}
+
+/// The texts and token counts of the first rows of the work list in the plan directory `dir`: the
+/// longest; `None` when there is no work list.
+pub async fn read_longest(dir: &Path, text: &Arc<dyn PhysicalExpr>) -> anyhow::Result<Option<Vec<(String, usize)>>> {
     let Ok(file) = tokio::fs::File::open(dir.join(WORK_LIST_FILE)).await else { return Ok(None) };
     let mut rows = ParquetRecordBatchStreamBuilder::new(file).await?.with_limit(LONGEST_TEXTS).build()?;
     let mut longest = Vec::new();
@@ -209,7 +208,7 @@ async fn longest_from_plan(
 }
 
 /// The steps, the recommendation and the layouts, on `longest` (text, token count), longest first.
-fn probe(
+pub fn probe(
     options: &EmbedOptions,
     longest: &[(String, usize)],
     budget: Option<u64>,

@@ -83,7 +83,11 @@ pub async fn compare(
     vector_column: &str,
     thresholds: Thresholds,
 ) -> Result<CompareReport> {
-    let ctx = SessionContext::new();
+    // NOTE: DataFusion 54's join selection may swap the sides of the vector join, and its projection
+    // pushdown then fails on the two vector columns ("Schema mismatch", seen with two small datasets
+    // under different fingerprints). The sides stay as written.
+    let config = datafusion::prelude::SessionConfig::new().set_bool("datafusion.optimizer.join_reordering", false);
+    let ctx = SessionContext::new_with_config(config);
     let mut fingerprints = Vec::new();
     for (name, location) in [("a", a), ("b", b)] {
         let ds = open_dataset(location).await?;

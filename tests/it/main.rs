@@ -14,3 +14,4 @@ mod plan_run;
 mod probe;
 mod resume;
 mod sql;
+mod trial;

@@ -1,0 +1,192 @@
+//! `pipeline trial` and `pipeline cost`: a sample stratified by token length embedded through the run's own
+//! write path, the whole corpus's time extrapolated from it, the sample's vectors compared with a
+//! reference, and trials priced against each other.
+
+use std::path::Path;
+
+use embedding_pipeline::cli::trial::TrialReport;
+use serde_json::Value;
+
+use crate::cli::{pipeline, text};
+use crate::common::{model_dir, write_jsonl};
+
+/// 400 texts of 5 to about 250 tokens, in no particular order.
+fn corpus(dir: &Path) {
+    let rows: Vec<(String, String)> = (0..400)
+        .map(|i| {
+            let words = 3 + (i * 37 % 400) * 245 / 400;
+            (format!("d{i:03}"), format!("text {i}: {}", "campaign tokens ".repeat(words / 2)))
+        })
+        .collect();
+    let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), Some(t.as_str()))).collect();
+    write_jsonl(&dir.join("docs.jsonl"), &rows);
+}
+
+fn job(dir: &Path, name: &str, extra: &str) {
+    let sql = format!(
+        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_trial_predicts_from_a_stratified_sample_and_cost_prices_two_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d);
+    job(d, "job.sql", "SET embed.batch_tokens = 1024;");
+
+    let o = pipeline(&["trial", "job.sql", "--sample", "200", "--save", "t/a.json", "--name", "cpu-a"], d);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("predicted for the whole corpus from its plan"), "{out}");
+    assert!(out.contains("settings (from the job): embed.batch_tokens = 1024"), "{out}");
+    assert!(!d.join("out/docs.lance").exists(), "a trial does not write the campaign's output");
+    assert!(!d.join("out/docs.lance.plan").exists(), "nor leave a plan of its own there");
+
+    // trial.json round-trips through the program's own type.
+    let a = TrialReport::read(&d.join("t/a.json")).unwrap();
+    assert_eq!(serde_json::to_value(&a).unwrap(), json(&d.join("t/a.json")));
+    assert_eq!(a.name, "cpu-a");
+    assert_eq!(a.corpus.rows, 400);
+    assert!(a.device.device.starts_with("cpu"), "{}", a.device.device);
+
+    // The sample: 200 rows spread over 8 strata of equal tokens, with the corpus's length mix.
+    assert_eq!(a.strata.len(), 8);
+    assert_eq!(a.strata.iter().map(|s| s.corpus_tokens).sum::<u64>(), a.corpus.useful_tokens);
+    assert_eq!(a.strata.iter().map(|s| s.corpus_rows).sum::<u64>(), 400);
+    assert_eq!(a.strata.iter().map(|s| s.sample_rows).sum::<u64>(), a.sample.rows);
+    assert!((a.sample.rows as i64 - 200).abs() <= 8, "{}", a.sample.rows);
+    assert!(a.strata.windows(2).all(|w| w[0].shortest >= w[1].longest), "strata in length order");
+    assert!(a.sample.largest_bin_difference < 0.03, "length mix: {}", a.sample.largest_bin_difference);
+    assert_eq!(a.sample.histogram.bins.iter().sum::<u64>(), a.sample.rows);
+
+    // Every stratum has a rate, and the prediction its range.
+    for s in &a.strata {
+        assert!(s.useful_tokens_per_second > 0.0 && s.predicted_seconds > 0.0, "{s:?}");
+        assert!(s.timed_calls > 0 || s.rate_from_stratum.is_some(), "{s:?}");
+    }
+    let p = &a.prediction;
+    assert!(p.low_seconds <= p.seconds && p.seconds <= p.high_seconds, "{p:?}");
+    let parts = p.model_load_seconds + p.startup_seconds + p.finish_seconds + p.embedding_seconds;
+    assert!((p.seconds - parts).abs() < 1e-6, "{p:?}");
+    assert!(p.model_load_seconds > 0.0);
+
+    // The same trial again, compared with the first's vectors: the same ids, cosine 1.
+    let o = pipeline(
+        &["trial", "job.sql", "--sample", "200", "--save", "t/b.json", "--name", "cpu-b", "--reference", "t/a.lance"],
+        d,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("the vectors match"), "{out}");
+    let b = TrialReport::read(&d.join("t/b.json")).unwrap();
+    let c = b.comparison.as_ref().unwrap();
+    assert!(c.passed && c.matched == a.sample.rows, "{c:?}");
+    assert!(c.min_cosine.unwrap() >= 0.999_999, "{c:?}");
+
+    // Priced: cost is hours times the hourly price; the cheaper one meeting the deadline is chosen.
+    std::fs::write(d.join("prices.toml"), "placeholder = true\n[per_hour]\n\"cpu-a\" = 1.0\n\"CPU-B\" = 2.5\n")
+        .unwrap();
+    let o = pipeline(
+        &[
+            "cost",
+            "t/a.json",
+            "t/b.json",
+            "--prices",
+            "prices.toml",
+            "--deadline",
+            "7d",
+            "--json",
+            "--chart",
+            "t/c.svg",
+        ],
+        d,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["placeholder_prices"], true);
+    assert_eq!(r["deadline_hours"], 168.0);
+    let rows = r["rows"].as_array().unwrap();
+    for (row, (t, price)) in rows.iter().zip([(&a, 1.0), (&b, 2.5)]) {
+        let hours = t.prediction.seconds / 3600.0;
+        assert!((row["hours"].as_f64().unwrap() - hours).abs() < 1e-9, "{row}");
+        assert!((row["cost"].as_f64().unwrap() - hours * price).abs() < 1e-9, "{row}");
+        let per_million = hours * price / (a.corpus.useful_tokens as f64 / 1e6);
+        assert!((row["per_million_tokens"].as_f64().unwrap() - per_million).abs() < 1e-9, "{row}");
+        assert_eq!(row["meets_deadline"], true);
+    }
+    assert_eq!(rows[0]["vectors_match"], Value::Null, "the first trial was not compared");
+    assert_eq!(rows[1]["vectors_match"], true);
+    let cheaper = if rows[0]["cost"].as_f64() <= rows[1]["cost"].as_f64() { "cpu-a" } else { "cpu-b" };
+    assert_eq!(r["choice"], cheaper, "{r}");
+    let svg = std::fs::read_to_string(d.join("t/c.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("cpu-b") && svg.contains("deadline"), "{svg}");
+
+    // A deadline nobody meets: no choice, and why.
+    let o = pipeline(&["cost", "t/a.json", "t/b.json", "--prices", "prices.toml", "--deadline", "1s"], d);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("no choice") && out.contains("would not finish in time"), "{out}");
+    assert!(out.contains("PLACEHOLDERS"), "{out}");
+}
+
+#[test]
+fn a_trial_under_another_fingerprint_than_its_reference_fails_after_probing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d);
+    job(d, "job.sql", "SET embed.batch_tokens = 1024;");
+    job(d, "short.sql", "SET embed.max_tokens = 32;");
+    // No batch setting in the job: the trial probes first.
+    let o = pipeline(&["trial", "short.sql", "--sample", "40", "--save", "short.json", "--json"], d);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let short: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(short["settings"]["from"], "the probe");
+    assert!(!short["probe"]["steps"].as_array().unwrap().is_empty(), "{short}");
+    assert_eq!(short["probe"]["longest_tokens"], 32);
+
+    let o = pipeline(&["trial", "job.sql", "--sample", "40", "--save", "long.json", "--reference", "short.lance"], d);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(out.contains("NO MATCH") && err.contains("do not match short.lance"), "{out}\n{err}");
+    assert!(err.contains("max_tokens"), "the fingerprint difference is named: {err}");
+    let long = TrialReport::read(&d.join("long.json")).unwrap();
+    assert!(!long.comparison.unwrap().passed, "saved, with the failed comparison");
+
+    // Trials of different corpora are not priced against each other.
+    let o = pipeline(&["cost", "short.json", "long.json"], d);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("another corpus") && err.contains("short.json"), "{err}");
+}
+
+#[test]
+fn bad_trial_and_cost_arguments_are_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for (args, says) in [
+        (vec!["trial", "job.sql", "--minutes", "0"], "--minutes must be above 0"),
+        (vec!["trial", "job.sql", "--save", "x.lance"], "names the trial's JSON file"),
+        (vec!["trial", "job.sql", "--minutes", "1", "--sample", "5"], "cannot be used with"),
+        (vec!["cost", "missing.json"], "cannot read trial missing.json"),
+        (vec!["cost", "t.json", "--deadline", "soon"], "not a duration such as 7d"),
+    ] {
+        let o = pipeline(&args, d);
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+    std::fs::write(d.join("t.json"), "{}").unwrap();
+    let o = pipeline(&["cost", "t.json"], d);
+    assert!(text(&o).1.contains("is not a trial.json this version can read"), "{}", text(&o).1);
+    std::fs::write(d.join("prices.toml"), "[per_hour]\nA40 = -1\n").unwrap();
+    let o = pipeline(&["cost", "t.json", "--prices", "prices.toml"], d);
+    assert!(!o.status.success() && text(&o).1.contains("prices.toml: the price of A40 is -1"), "{}", text(&o).1);
+}
