@@ -32,11 +32,32 @@ pub fn strata(counts: &[u32], n: usize) -> Vec<Range<usize>> {
     out
 }
 
-/// Whether the row at offset `j` of a stratum belongs to a sample of `fraction` of its rows: evenly
-/// spaced through the stratum (so through its lengths), `round(rows * fraction)` rows in all.
-pub fn picked(j: usize, fraction: f64) -> bool {
-    let at = |k: usize| (k as f64 * fraction + 0.5).floor();
-    at(j + 1) > at(j)
+/// The spacing of a sample of about `fraction` of a stratum's rows: every `step`-th row, `step` a power of
+/// two (the nearest to `1 / fraction` on a log scale). Powers of two nest: a sample at step 64 is part of
+/// one at step 32, so trials of different sizes on the same plan (a slow card's and a fast one's) share
+/// all the rows of the smaller, and their vectors compare by id.
+pub fn step_for(fraction: f64) -> usize {
+    if fraction.is_nan() || fraction <= 0.0 || fraction >= 1.0 {
+        return 1;
+    }
+    let exponent = (1.0 / fraction).log2().round().clamp(0.0, 62.0) as u32;
+    1usize << exponent
+}
+
+/// The step a stratum of `rows` rows takes: `step`, made smaller (still a power of two) where that would
+/// leave it fewer than `min_rows` rows.
+pub fn stratum_step(step: usize, rows: usize, min_rows: usize) -> usize {
+    let mut s = step.max(1);
+    while s > 1 && rows.div_ceil(s) < min_rows {
+        s /= 2;
+    }
+    s
+}
+
+/// Whether the row at offset `j` of a stratum belongs to a sample of every `step`-th row: evenly spaced
+/// through the stratum, so through its lengths.
+pub fn picked(j: usize, step: usize) -> bool {
+    j.is_multiple_of(step.max(1))
 }
 
 /// One stretch of the sample's calls: the seconds between two embedded chunks leaving the model, and the
@@ -228,20 +249,18 @@ mod tests {
     }
 
     #[test]
-    fn a_sample_is_evenly_spaced_and_its_length_mix_matches_the_corpus() {
-        let n = 1_000;
-        for fraction in [0.05, 0.1, 0.333, 1.0] {
-            let picks: Vec<usize> = (0..n).filter(|j| picked(*j, fraction)).collect();
-            assert_eq!(picks.len(), (n as f64 * fraction).round() as usize, "{fraction}");
-            let gaps: Vec<usize> = picks.windows(2).map(|w| w[1] - w[0]).collect();
-            let (lo, hi) = (gaps.iter().min().unwrap(), gaps.iter().max().unwrap());
-            assert!(hi - lo <= 1, "{fraction}: gaps {lo}..{hi}");
-        }
+    fn a_sample_is_evenly_spaced_nested_across_sizes_and_its_length_mix_matches_the_corpus() {
+        assert_eq!((step_for(0.05), step_for(0.033), step_for(0.5), step_for(1.0), step_for(0.0)), (16, 32, 2, 1, 1));
+        assert_eq!(stratum_step(64, 100, 8), 8, "100 rows keep at least 8");
+        assert_eq!((stratum_step(64, 10_000, 8), stratum_step(64, 3, 8)), (64, 1));
+        let picks = |step: usize| (0..1_000).filter(|j| picked(*j, step)).collect::<Vec<usize>>();
+        assert_eq!(picks(16).len(), 63);
+        assert!(picks(32).iter().all(|j| picks(16).contains(j)), "a smaller sample is part of a larger one");
         // A skewed corpus (many short texts, few long), binned in 10s: the sample's bin shares follow it.
         let lengths: Vec<u32> = (0..20_000u32).map(|i| 1 + (i * i % 97_003) / 200).collect();
         let mut sorted = lengths.clone();
         sorted.sort_unstable_by(|a, b| b.cmp(a));
-        let sample: Vec<u32> = (0..sorted.len()).filter(|j| picked(*j, 0.05)).map(|j| sorted[j]).collect();
+        let sample: Vec<u32> = (0..sorted.len()).filter(|j| picked(*j, 16)).map(|j| sorted[j]).collect();
         let shares = |v: &[u32]| {
             let mut bins = vec![0.0; 60];
             v.iter().for_each(|l| bins[(*l as usize / 10).min(59)] += 1.0 / v.len() as f64);

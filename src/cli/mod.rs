@@ -118,7 +118,8 @@ pub enum Command {
         /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
         #[arg(long, default_value_t = 2.0, conflicts_with = "sample")]
         minutes: f64,
-        /// Rows of the sample, instead of --minutes.
+        /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
+        /// stratum, k chosen to come nearest).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         sample: Option<u64>,
         /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).

@@ -13,8 +13,9 @@
 //! The recommendation carries the budget as `SET embed.memory_budget`, so that the run records its peak
 //! against it and warns when it comes within 10%.
 //!
-//! NOTE: on CUDA the device memory is not measured yet (the steps show the host's); the budget there is
-//! not enforced by this probe.
+//! On CUDA the memory is the GPUs' memory in use, polled through NVML every millisecond (ONNX Runtime's
+//! arena keeps what it took, so use only grows during a step); where NVML cannot see the GPU, the host's,
+//! and the report says so.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -50,8 +51,12 @@ const LONGEST_TEXTS: usize = 512;
 const MARGIN: f64 = 0.8;
 /// Rates within this share of each other count as the same: timing noise.
 pub const SAME_SPEED: f64 = 0.03;
-/// Timed calls per step, after one untimed call of the same shape.
+/// Timed calls per step, at least, after one untimed call of the same shape; more until they have taken
+/// [`MIN_TIMED_SECONDS`] (a CPU's small calls take a tenth of a second, and two of them are noise).
 const TIMED_CALLS: u32 = 2;
+const MIN_TIMED_SECONDS: f64 = 1.0;
+/// Most timed calls per step.
+const MAX_TIMED_CALLS: u32 = 50;
 
 /// What a probe found, as `--json` prints it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,8 +70,11 @@ pub struct ProbeReport {
     /// The memory budget, bytes, and where it came from.
     pub budget_bytes: u64,
     pub budget_from: String,
-    /// The process's resident memory with the model loaded, before the first call, bytes.
+    /// The memory with the model loaded, before the first call, bytes.
     pub loaded_bytes: u64,
+    /// What the memory figures are: the process's resident set, or the GPU's memory in use.
+    #[serde(default)]
+    pub memory: String,
     pub steps: Vec<Step>,
     /// Why the steps stopped growing.
     pub stopped: String,
@@ -81,7 +89,7 @@ pub struct Step {
     pub batch_tokens: usize,
     pub rows: usize,
     pub padded_length: usize,
-    /// Peak resident memory of the process during the step, bytes.
+    /// Peak memory during the step, bytes (see [`ProbeReport::memory`]).
     pub peak_bytes: u64,
     pub useful_tokens_per_second: f64,
     /// Whether the peak stayed within the budget's margin.
@@ -217,19 +225,20 @@ pub fn probe(
     let embedder = options.embedder()?;
     let (settings, _) = Fingerprint::for_options(options)?;
     let longest_tokens = longest[0].1.max(1);
-    let loaded = memory::resident().unwrap_or(0);
+    let meter = Meter::for_device(embedder.device());
+    let loaded = meter.now();
     let (budget_bytes, budget_from) = match budget {
         Some(b) => (b, "--memory-budget".to_string()),
-        None => {
-            let available = memory::available().unwrap_or(0);
-            (loaded + available / 10 * 9, "90% of the memory available, plus what the loaded model holds".to_string())
-        }
+        None => (
+            loaded + meter.available() / 10 * 9,
+            format!("90% of {}, plus what the loaded model holds", meter.free_what()),
+        ),
     };
     let usable = (budget_bytes as f64 * MARGIN) as u64;
     let mut steps: Vec<Step> = Vec::new();
     let mut batch_tokens = FIRST_BATCH_TOKENS.max(longest_tokens).next_power_of_two();
     let stopped = loop {
-        let step = measure(embedder.as_ref(), &settings, longest, batch_tokens, usable);
+        let step = measure(embedder.as_ref(), &meter, &settings, longest, batch_tokens, usable);
         let (fits, failed, peak) = (step.fits, step.error.clone(), step.peak_bytes);
         steps.push(step);
         if let Some(e) = failed {
@@ -269,7 +278,7 @@ pub fn probe(
     }
     let mut layouts = Vec::new();
     if let Some(r) = &recommended {
-        layouts = try_layouts(options, &settings, longest, r.batch_tokens)?;
+        layouts = try_layouts(options, &meter, &settings, longest, r.batch_tokens)?;
     }
     Ok(ProbeReport {
         device: embedder.device().clone(),
@@ -278,6 +287,7 @@ pub fn probe(
         budget_bytes,
         budget_from,
         loaded_bytes: loaded,
+        memory: meter.what().to_string(),
         steps,
         stopped,
         recommended,
@@ -288,6 +298,7 @@ pub fn probe(
 /// Calls of `batch_tokens` padded tokens on the longest texts: one untimed, then [`TIMED_CALLS`] timed.
 fn measure(
     embedder: &dyn TextEmbedder,
+    meter: &Meter,
     settings: &CallSettings,
     longest: &[(String, usize)],
     batch_tokens: usize,
@@ -297,17 +308,18 @@ fn measure(
     let rows = (batch_tokens / padded).max(1);
     let texts: Vec<Option<&str>> = (0..rows).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
     let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
-    memory::reset_peak();
+    meter.reset();
     let timed = (|| -> crate::Result<f64> {
         embedder.embed(&texts, &settings)?;
         let started = Instant::now();
-        let mut useful = 0;
-        for _ in 0..TIMED_CALLS {
+        let (mut useful, mut calls) = (0, 0);
+        while calls < TIMED_CALLS || (started.elapsed().as_secs_f64() < MIN_TIMED_SECONDS && calls < MAX_TIMED_CALLS) {
             useful += embedder.embed(&texts, &settings)?.stats.useful_tokens;
+            calls += 1;
         }
         Ok(useful as f64 / started.elapsed().as_secs_f64().max(1e-9))
     })();
-    let peak_bytes = memory::peak().unwrap_or(0);
+    let peak_bytes = meter.peak();
     let (rate, error) = match timed {
         Ok(rate) => (rate, None),
         Err(e) => (0.0, Some(super::plain(&e.to_string()))),
@@ -361,6 +373,7 @@ fn recommend(steps: &[Step], stopped: &str, longest_tokens: usize, max_batch_row
 /// The layouts worth comparing on this device, each run on four calls of `batch_tokens` after a warm-up.
 fn try_layouts(
     options: &EmbedOptions,
+    meter: &Meter,
     settings: &CallSettings,
     longest: &[(String, usize)],
     batch_tokens: usize,
@@ -380,7 +393,7 @@ fn try_layouts(
     for (sessions, intra) in candidates {
         let layout = EmbedOptions { sessions_per_device: sessions, intra_threads: intra, ..options.clone() };
         let embedder = layout.embedder()?;
-        memory::reset_peak();
+        meter.reset();
         embedder.embed(&texts, &settings)?;
         let started = Instant::now();
         let useful = embedder.embed(&texts, &settings)?.stats.useful_tokens;
@@ -389,10 +402,72 @@ fn try_layouts(
             sessions_per_device: sessions,
             intra_threads: intra,
             useful_tokens_per_second: rate,
-            peak_bytes: memory::peak().unwrap_or(0),
+            peak_bytes: meter.peak(),
         });
     }
     Ok(layouts)
+}
+
+/// What the probe measures memory with.
+enum Meter {
+    /// The process's resident set (`VmHWM`, reset before each step).
+    Host,
+    /// The GPUs' memory in use, from NVML.
+    Device(crate::model::gpu::UsedMemory),
+}
+
+impl Meter {
+    /// The GPUs' meter for a model on CUDA, where NVML sees them; else the host's.
+    fn for_device(device: &DeviceInfo) -> Self {
+        device
+            .cuda
+            .as_ref()
+            .and_then(|c| crate::model::gpu::UsedMemory::start(&c.gpus))
+            .map_or(Meter::Host, Meter::Device)
+    }
+
+    fn now(&self) -> u64 {
+        match self {
+            Meter::Host => memory::resident().unwrap_or(0),
+            Meter::Device(gpu) => gpu.now(),
+        }
+    }
+
+    fn reset(&self) {
+        match self {
+            Meter::Host => memory::reset_peak(),
+            Meter::Device(gpu) => gpu.reset(),
+        }
+    }
+
+    fn peak(&self) -> u64 {
+        match self {
+            Meter::Host => memory::peak().unwrap_or(0),
+            Meter::Device(gpu) => gpu.peak(),
+        }
+    }
+
+    /// Memory that could still be taken, bytes.
+    fn available(&self) -> u64 {
+        match self {
+            Meter::Host => memory::available().unwrap_or(0),
+            Meter::Device(gpu) => gpu.free(),
+        }
+    }
+
+    fn free_what(&self) -> &'static str {
+        match self {
+            Meter::Host => "the memory available",
+            Meter::Device(_) => "the GPU's free memory",
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Meter::Host => "the process's resident memory (VmHWM)",
+            Meter::Device(_) => "the GPU's memory in use (NVML)",
+        }
+    }
 }
 
 fn print_report(r: &ProbeReport) {
@@ -405,6 +480,7 @@ fn print_report(r: &ProbeReport) {
         r.budget_from,
         mib(r.loaded_bytes)
     );
+    println!("  memory: {}", if r.memory.is_empty() { "the process's resident memory (VmHWM)" } else { &r.memory });
     println!("  batch_tokens   rows  padded length    peak memory  useful tokens/s");
     for s in &r.steps {
         let note = match (&s.error, s.fits) {

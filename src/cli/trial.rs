@@ -31,7 +31,9 @@ use super::plan::{JobWrites, UnitSize, counting_input, current_plan, load_job, m
 use super::probe::{ProbeReport, SAME_SPEED, probe, read_longest};
 use crate::campaign::plan::{Histogram, PLAN_FILE, Plan, PlanInUse, Totals, UNIT_COLUMN, Unit, WORK_LIST_FILE};
 use crate::campaign::trial::Prediction;
-use crate::campaign::trial::{STRATA, StratumRate, extrapolate, intervals, picked, predict, strata};
+use crate::campaign::trial::{
+    STRATA, StratumRate, extrapolate, intervals, picked, predict, step_for, strata, stratum_step,
+};
 use crate::campaign::{DeviceInfo, FINGERPRINT_KEY, Fingerprint};
 use crate::lance::compare::Thresholds;
 use crate::lance::dataset_uri;
@@ -123,8 +125,11 @@ pub struct SampleSummary {
     pub useful_tokens: u64,
     /// Its share of the corpus's useful tokens.
     pub share_of_tokens: f64,
-    /// Share of each stratum's rows taken (more in a stratum too small for the minimum).
+    /// The share asked for (by `--sample` or `--minutes`), and the sample's spacing: every `step`-th row
+    /// of each stratum in length order (a power of two, smaller in a stratum too small for the minimum
+    /// rows), so that trials of different sizes share the rows of the smaller.
     pub fraction: f64,
+    pub step: u64,
     /// Why this size: `--sample N`, or `--minutes M` at the warm-up's rate.
     pub chosen_by: String,
     /// The sample's token counts (as fed to the model) and the corpus's, in the plan's bins.
@@ -428,6 +433,7 @@ async fn trial(
             useful_tokens: sample_tokens,
             share_of_tokens: sample_tokens as f64 / corpus_tokens.max(1) as f64,
             fraction,
+            step: step_for(fraction) as u64,
             chosen_by,
             largest_bin_difference: largest_bin_difference(&chosen.histogram, &chosen.corpus_histogram),
             histogram: chosen.histogram,
@@ -445,7 +451,7 @@ async fn trial(
 /// of [`WARM_UP_TEXTS`] rows spread evenly over it.
 async fn read_counts(dir: &Path, text: &Arc<dyn PhysicalExpr>) -> anyhow::Result<(Vec<u32>, Vec<String>)> {
     let rows = total_rows(dir).await?;
-    let share = WARM_UP_TEXTS as f64 / rows.max(1) as f64;
+    let step = (rows / WARM_UP_TEXTS).max(1);
     let mut stream = work_list(dir).await?;
     let (mut counts, mut texts) = (Vec::with_capacity(rows), Vec::new());
     while let Some(batch) = stream.next().await {
@@ -454,7 +460,7 @@ async fn read_counts(dir: &Path, text: &Arc<dyn PhysicalExpr>) -> anyhow::Result
         let values = text.evaluate(&batch)?.into_array(batch.num_rows())?;
         let values = crate::udf::embed::string_values(&values)?;
         for (i, n) in c.values().iter().enumerate() {
-            if picked(counts.len(), share)
+            if picked(counts.len(), step)
                 && let Some(t) = values[i]
             {
                 texts.push(t.to_string());
@@ -504,8 +510,8 @@ async fn write_sample(
     fraction: f64,
 ) -> anyhow::Result<Chosen> {
     std::fs::create_dir_all(sample_dir)?;
-    let shares: Vec<f64> =
-        ranges.iter().map(|r| fraction.max(MIN_STRATUM_ROWS as f64 / r.len() as f64).min(1.0)).collect();
+    let step = step_for(fraction);
+    let steps: Vec<usize> = ranges.iter().map(|r| stratum_step(step, r.len(), MIN_STRATUM_ROWS)).collect();
     let mut units: Vec<Unit> = (0..ranges.len()).map(|k| Unit { unit: k as u32, ..Unit::default() }).collect();
     let (mut histogram, mut corpus_histogram) =
         (Histogram::new(plan.totals.max_tokens), Histogram::new(plan.totals.max_tokens));
@@ -523,7 +529,7 @@ async fn write_sample(
             let r = &ranges[stratum];
             let tokens = counts[row];
             corpus_histogram.add(u64::from(tokens));
-            let take = picked(row - r.start, shares[stratum]);
+            let take = picked(row - r.start, steps[stratum]);
             if take {
                 let u = &mut units[stratum];
                 if u.rows == 0 {

@@ -228,7 +228,8 @@ mod tests {
                 name: "NVIDIA A40".into(),
                 compute_capability: "8.6".into(),
                 memory_mib: 45634,
-                memory_free_mib: None
+                memory_free_mib: None,
+                pci_location: None
             }
         );
         assert!(!info.to_string().contains("inputs in"), "{info}");

@@ -26,6 +26,9 @@ pub struct GpuInfo {
     /// Memory free when asked, MiB (from NVML; absent without NVML, or for a MIG instance).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_free_mib: Option<u64>,
+    /// Its PCI location `[domain, bus, device]`, which finds it among NVML's devices (not recorded).
+    #[serde(skip)]
+    pub pci_location: Option<[u32; 3]>,
 }
 
 impl std::fmt::Display for GpuInfo {
@@ -129,6 +132,7 @@ pub fn probe() -> Result<GpuSystem, String> {
                 compute_capability: format!("{major}.{minor}"),
                 memory_mib: bytes as u64 / (1024 * 1024),
                 memory_free_mib: nvml.as_ref().and_then(|nvml| free_memory_mib(nvml, pci.map(|v| v as u32))),
+                pci_location: Some(pci.map(|v| v as u32)),
             });
         }
         Ok(GpuSystem {
@@ -161,13 +165,101 @@ impl GpuSystem {
     }
 }
 
+/// The NVML device at a CUDA device's PCI location.
+fn nvml_device(nvml: &nvml_wrapper::Nvml, location: [u32; 3]) -> Option<nvml_wrapper::Device<'_>> {
+    (0..nvml.device_count().ok()?)
+        .filter_map(|i| nvml.device_by_index(i).ok())
+        .find(|d| d.pci_info().is_ok_and(|p| pci_location(&p.bus_id) == Some(location)))
+}
+
+/// The memory in use on some GPUs, summed, polled by a thread of its own every millisecond, with the
+/// largest sum seen since the last [`UsedMemory::reset`]. NVML's figure is the device's: the CUDA context,
+/// ONNX Runtime's arena and any other process on the card.
+#[derive(Debug)]
+pub struct UsedMemory {
+    state: std::sync::Arc<UsedState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct UsedState {
+    stop: std::sync::atomic::AtomicBool,
+    now: std::sync::atomic::AtomicU64,
+    peak: std::sync::atomic::AtomicU64,
+    /// Free memory at the last poll, bytes, summed.
+    free: std::sync::atomic::AtomicU64,
+}
+
+impl UsedMemory {
+    /// Start polling the GPUs `gpus`; `None` where NVML is absent or does not list one of them (a MIG
+    /// instance).
+    pub fn start(gpus: &[GpuInfo]) -> Option<Self> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let locations: Vec<[u32; 3]> = gpus.iter().map(|g| g.pci_location).collect::<Option<_>>()?;
+        let nvml = nvml_wrapper::Nvml::init().ok()?;
+        if locations.iter().any(|l| nvml_device(&nvml, *l).is_none()) {
+            return None;
+        }
+        let state = std::sync::Arc::new(UsedState::default());
+        let poll = move |nvml: &nvml_wrapper::Nvml, state: &UsedState| {
+            let (mut used, mut free) = (0, 0);
+            for l in &locations {
+                if let Some(m) = nvml_device(nvml, *l).and_then(|d| d.memory_info().ok()) {
+                    (used, free) = (used + m.used, free + m.free);
+                }
+            }
+            state.now.store(used, Relaxed);
+            state.free.store(free, Relaxed);
+            state.peak.fetch_max(used, Relaxed);
+        };
+        poll(&nvml, &state);
+        let shared = std::sync::Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("gpu-memory".into())
+            .spawn(move || {
+                while !shared.stop.load(Relaxed) {
+                    poll(&nvml, &shared);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            })
+            .ok()?;
+        Some(Self { state, thread: Some(thread) })
+    }
+
+    /// Memory in use now, bytes.
+    pub fn now(&self) -> u64 {
+        self.state.now.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Memory free now, bytes.
+    pub fn free(&self) -> u64 {
+        self.state.free.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The largest use seen since the last reset, bytes.
+    pub fn peak(&self) -> u64 {
+        self.state.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Start a new peak from the use now.
+    pub fn reset(&self) {
+        self.state.peak.store(self.now(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for UsedMemory {
+    fn drop(&mut self) {
+        self.state.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The free memory of the GPU at a CUDA device's PCI location `(domain, bus, device)`, found among NVML's
 /// devices by theirs. `None` when NVML does not list it (a MIG instance, or a GPU NVML cannot see).
 fn free_memory_mib(nvml: &nvml_wrapper::Nvml, location: [u32; 3]) -> Option<u64> {
-    let device = (0..nvml.device_count().ok()?)
-        .filter_map(|i| nvml.device_by_index(i).ok())
-        .find(|d| d.pci_info().is_ok_and(|p| pci_location(&p.bus_id) == Some(location)))?;
-    Some(device.memory_info().ok()?.free / (1024 * 1024))
+    Some(nvml_device(nvml, location)?.memory_info().ok()?.free / (1024 * 1024))
 }
 
 /// `[domain, bus, device]` of a PCI bus id in CUDA's (`0000:3b:00.0`) or NVML's (`00000000:3B:00.0`) form:
@@ -220,6 +312,7 @@ mod tests {
                 compute_capability: "8.6".into(),
                 memory_mib: 46068,
                 memory_free_mib: None,
+                pci_location: None,
             }],
         };
         assert_eq!(system.select(&[0]).unwrap()[0].name, "NVIDIA A40");
@@ -248,8 +341,19 @@ mod tests {
     fn a_machine_without_nvml_does_not_panic() {
         // SAFETY: loading libnvidia-ml runs only its initialisers; it only tells whether it is there.
         let present = unsafe { libloading::Library::new("libnvidia-ml.so.1") }.is_ok();
+        let gpu = GpuInfo {
+            index: 0,
+            name: "NVIDIA A40".into(),
+            compute_capability: "8.6".into(),
+            memory_mib: 46068,
+            memory_free_mib: None,
+            pci_location: None,
+        };
+        assert!(UsedMemory::start(std::slice::from_ref(&gpu)).is_none(), "no PCI location: nothing to poll");
         if !present {
             assert!(nvml_wrapper::Nvml::init().is_err(), "an error, where NVML is absent, not a panic");
+            let located = GpuInfo { pci_location: Some([0, 0x3b, 0]), ..gpu };
+            assert!(UsedMemory::start(&[located]).is_none(), "no NVML: no device memory to poll");
         }
     }
 
@@ -265,6 +369,7 @@ mod tests {
             compute_capability: "8.6".into(),
             memory_mib: 45634,
             memory_free_mib: Some(45000),
+            pci_location: None,
         };
         assert_eq!(gpu.to_string(), "cuda:1: NVIDIA A40 (compute 8.6, 45634 MiB, 45000 MiB free)");
     }
