@@ -107,6 +107,31 @@ pub struct StratumRate {
     pub high_seconds: f64,
 }
 
+impl StratumRate {
+    /// Stratum `k` over `rows` of the corpus in length order (`counts`: each row's useful tokens), of which
+    /// the sample holds `sample_rows` rows and `sample_tokens` tokens; not yet timed.
+    pub fn new(k: usize, counts: &[u32], rows: Range<usize>, sample_rows: u64, sample_tokens: u64) -> Self {
+        let of = &counts[rows.clone()];
+        StratumRate {
+            stratum: k,
+            longest: of.first().copied().unwrap_or(0),
+            shortest: of.last().copied().unwrap_or(0),
+            corpus_rows: of.len() as u64,
+            corpus_tokens: of.iter().map(|c| u64::from(*c)).sum(),
+            sample_rows,
+            sample_tokens,
+            timed_calls: 0,
+            timed_tokens: 0,
+            timed_seconds: 0.0,
+            useful_tokens_per_second: 0.0,
+            rate_from_stratum: None,
+            predicted_seconds: 0.0,
+            low_seconds: 0.0,
+            high_seconds: 0.0,
+        }
+    }
+}
+
 /// Relative standard error assumed for a stratum with fewer than two timed calls (its spread cannot be
 /// measured).
 const UNMEASURED_SPREAD: f64 = 0.1;
@@ -210,24 +235,9 @@ pub fn predict(strata: &[StratumRate], model_load: f64, startup: f64, finish: f6
 mod tests {
     use super::*;
 
+    /// Stratum `k` of one row holding `corpus_tokens` tokens.
     fn stratum(k: usize, corpus_tokens: u64) -> StratumRate {
-        StratumRate {
-            stratum: k,
-            longest: 0,
-            shortest: 0,
-            corpus_rows: 0,
-            corpus_tokens,
-            sample_rows: 0,
-            sample_tokens: 0,
-            timed_calls: 0,
-            timed_tokens: 0,
-            timed_seconds: 0.0,
-            useful_tokens_per_second: 0.0,
-            rate_from_stratum: None,
-            predicted_seconds: 0.0,
-            low_seconds: 0.0,
-            high_seconds: 0.0,
-        }
+        StratumRate::new(k, &[corpus_tokens as u32], 0..1, 0, 0)
     }
 
     #[test]

@@ -336,23 +336,7 @@ async fn trial(
     let mut rates: Vec<StratumRate> = ranges
         .iter()
         .enumerate()
-        .map(|(k, r)| StratumRate {
-            stratum: k,
-            longest: counts[r.start],
-            shortest: counts[r.end - 1],
-            corpus_rows: r.len() as u64,
-            corpus_tokens: counts[r.clone()].iter().map(|c| u64::from(*c)).sum(),
-            sample_rows: chosen.units[k].rows,
-            sample_tokens: chosen.units[k].useful_tokens,
-            timed_calls: 0,
-            timed_tokens: 0,
-            timed_seconds: 0.0,
-            useful_tokens_per_second: 0.0,
-            rate_from_stratum: None,
-            predicted_seconds: 0.0,
-            low_seconds: 0.0,
-            high_seconds: 0.0,
-        })
+        .map(|(k, r)| StratumRate::new(k, &counts, r.clone(), chosen.units[k].rows, chosen.units[k].useful_tokens))
         .collect();
 
     // The sample through the run's own write path, into <save>.lance, each embedded chunk timed.

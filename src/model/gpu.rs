@@ -301,20 +301,22 @@ pub fn loaded_cuda_library_versions() -> (Option<String>, Option<String>) {
 mod tests {
     use super::*;
 
+    /// An A40 as the CUDA driver would describe it, without NVML's facts.
+    fn a40() -> GpuInfo {
+        GpuInfo {
+            index: 0,
+            name: "NVIDIA A40".into(),
+            compute_capability: "8.6".into(),
+            memory_mib: 46068,
+            memory_free_mib: None,
+            pci_location: None,
+        }
+    }
+
     #[test]
     fn selecting_gpus_names_the_missing_one_and_what_there_is() {
-        let system = GpuSystem {
-            driver_version: "580.82.07".into(),
-            cuda_driver_version: "13.0".into(),
-            gpus: vec![GpuInfo {
-                index: 0,
-                name: "NVIDIA A40".into(),
-                compute_capability: "8.6".into(),
-                memory_mib: 46068,
-                memory_free_mib: None,
-                pci_location: None,
-            }],
-        };
+        let system =
+            GpuSystem { driver_version: "580.82.07".into(), cuda_driver_version: "13.0".into(), gpus: vec![a40()] };
         assert_eq!(system.select(&[0]).unwrap()[0].name, "NVIDIA A40");
         let e = system.select(&[0, 1]).unwrap_err();
         assert!(e.contains("there is no cuda:1; this machine has cuda:0 NVIDIA A40"), "{e}");
@@ -341,14 +343,7 @@ mod tests {
     fn a_machine_without_nvml_does_not_panic() {
         // SAFETY: loading libnvidia-ml runs only its initialisers; it only tells whether it is there.
         let present = unsafe { libloading::Library::new("libnvidia-ml.so.1") }.is_ok();
-        let gpu = GpuInfo {
-            index: 0,
-            name: "NVIDIA A40".into(),
-            compute_capability: "8.6".into(),
-            memory_mib: 46068,
-            memory_free_mib: None,
-            pci_location: None,
-        };
+        let gpu = a40();
         assert!(UsedMemory::start(std::slice::from_ref(&gpu)).is_none(), "no PCI location: nothing to poll");
         if !present {
             assert!(nvml_wrapper::Nvml::init().is_err(), "an error, where NVML is absent, not a panic");

@@ -82,3 +82,14 @@ pub fn write_jsonl(path: &Path, rows: &[(&str, Option<&str>)]) {
         rows.iter().map(|(id, text)| serde_json::json!({ "id": id, "text": text }).to_string()).collect();
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
+
+/// Write the job `name` into `dir`: the default model, `extra` SET lines, `docs.jsonl` as the table `docs`,
+/// and its ids and vectors copied into `out/docs.lance`.
+pub fn docs_job(dir: &Path, name: &str, extra: &str) {
+    let sql = format!(
+        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+}

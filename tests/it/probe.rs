@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cli::{pipeline, text};
-use crate::common::{model_dir, write_jsonl};
+use crate::common::{docs_job as job, write_jsonl};
 
 /// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
 /// must find them).
@@ -22,15 +22,6 @@ fn corpus(dir: &Path) {
         .collect();
     let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), Some(t.as_str()))).collect();
     write_jsonl(&dir.join("docs.jsonl"), &rows);
-}
-
-fn job(dir: &Path, name: &str, extra: &str) {
-    let sql = format!(
-        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
-         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
-        model_dir().display()
-    );
-    std::fs::write(dir.join(name), sql).unwrap();
 }
 
 /// Peak resident memory of a `pipeline` run, read from /proc while it runs, and whether it succeeded.

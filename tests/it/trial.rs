@@ -8,7 +8,7 @@ use embedding_pipeline::cli::trial::TrialReport;
 use serde_json::Value;
 
 use crate::cli::{pipeline, text};
-use crate::common::{model_dir, write_jsonl};
+use crate::common::{docs_job as job, write_jsonl};
 
 /// 400 texts of 5 to about 250 tokens, in no particular order.
 fn corpus(dir: &Path) {
@@ -20,15 +20,6 @@ fn corpus(dir: &Path) {
         .collect();
     let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), Some(t.as_str()))).collect();
     write_jsonl(&dir.join("docs.jsonl"), &rows);
-}
-
-fn job(dir: &Path, name: &str, extra: &str) {
-    let sql = format!(
-        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
-         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
-        model_dir().display()
-    );
-    std::fs::write(dir.join(name), sql).unwrap();
 }
 
 fn json(path: &Path) -> Value {
