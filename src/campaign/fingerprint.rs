@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::lineage;
 use crate::error::{Error, Result};
 use crate::model::CallSettings;
 use crate::model::ModelSpec;
@@ -49,13 +50,18 @@ pub struct Fingerprint {
     pub dtype: String,
     /// Vector length.
     pub dim: usize,
+    /// sha256 of the model directory's `lineage.json` (scripts/export-onnx), when it has one: what made
+    /// the model, from its training data on (see [`super::lineage`]). Absent from the JSON otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lineage_sha256: String,
 }
 
 impl Fingerprint {
     /// The fingerprint of embedding with this model and these settings. Hashes the model files
     /// (once per file version per process).
     pub fn new(spec: &ModelSpec, settings: &CallSettings) -> Result<Self> {
-        Ok(Self {
+        let lineage = lineage::read(&spec.dir)?;
+        let fingerprint = Self {
             model: spec.name(),
             model_sha256: sha256_file(&spec.onnx_path)?,
             model_dtype: model_dtype(&spec.onnx_path)?,
@@ -67,7 +73,15 @@ impl Fingerprint {
             prefix: settings.prefix.clone(),
             dtype: "float32".to_string(),
             dim: spec.dim,
-        })
+            lineage_sha256: lineage.as_ref().map(|l| l.sha256.clone()).unwrap_or_default(),
+        };
+        let dir = std::path::absolute(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
+        lineage::remember(
+            &fingerprint.model_sha256,
+            &fingerprint.lineage_sha256,
+            lineage::ModelOrigin { dir, lineage },
+        );
+        Ok(fingerprint)
     }
 
     /// The settings and fingerprint that `embed.*` options give, resolved against their model.
@@ -114,10 +128,14 @@ impl Fingerprint {
         }
         let (a, b) = (serde_json::to_value(&this).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
-        a.iter()
-            .filter(|(k, v)| b.get(*k) != Some(v))
-            .map(|(k, v)| (k.clone(), plain_value(v), b.get(k).map(plain_value).unwrap_or_default()))
-            .collect()
+        // Fields left out of the JSON when empty (lineage_sha256) are on one side only: compare the union.
+        let empty = serde_json::Value::String(String::new());
+        let keys = a.keys().chain(b.keys().filter(|k| !a.contains_key(*k)));
+        keys.filter_map(|k| {
+            let (x, y) = (a.get(k).unwrap_or(&empty), b.get(k).unwrap_or(&empty));
+            (x != y).then(|| (k.clone(), plain_value(x), plain_value(y)))
+        })
+        .collect()
     }
 
     /// Each field and its value as [`plain_value`] writes it, in field order.
@@ -197,6 +215,7 @@ mod tests {
             prefix: String::new(),
             dtype: "float32".into(),
             dim: 384,
+            lineage_sha256: String::new(),
         }
     }
 
@@ -226,6 +245,12 @@ mod tests {
         assert_eq!(old.model_dtype, "");
         assert!(old.differences(&a).is_empty() && a.differences(&old).is_empty());
         assert_eq!(old.differences(&Fingerprint { model_sha256: "cc".into(), ..a.clone() }).len(), 1);
+        // Without lineage the JSON has no lineage_sha256 (fingerprints stored before it read the same);
+        // with one, the same model file under another lineage is another fingerprint.
+        assert!(!a.to_json().contains("lineage_sha256"));
+        let traced = Fingerprint { lineage_sha256: "ee".into(), ..sample() };
+        assert_eq!(Fingerprint::from_json(&traced.to_json()).unwrap(), traced);
+        assert_eq!(a.differences(&traced), vec![("lineage_sha256".into(), "(empty)".into(), "ee".into())]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! - [`fingerprint`]: the settings that decide a vector (model and tokenizer hashes, truncation,
 //!   pooling, normalisation, prefix, dtype, dimension). Kept with the dataset; an append under another
 //!   fingerprint is refused.
+//! - [`lineage`]: what made a model directory (its `lineage.json`), and the chain down to the vectors.
 //! - [`plan`]: what `pipeline plan` prepares before renting: totals, work units, the source as it was.
 //! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
 //! - [`trial`]: a trial's strata, sample and extrapolation to the whole corpus.
@@ -10,6 +11,7 @@
 pub mod fingerprint;
 pub mod ids;
 pub mod interrupt;
+pub mod lineage;
 pub mod plan;
 pub mod record;
 pub mod trial;

@@ -52,6 +52,14 @@ pub struct RunRecord {
     /// The plan the write executed (`pipeline plan`), and the units done after this commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<super::plan::PlanRecord>,
+    /// The model directory the vectors were made with, as an absolute path (for `pipeline lineage
+    /// --verify`; absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<String>,
+    /// The model directory's `lineage.json`, whole, when it has one (its sha256 is the fingerprint's
+    /// `lineage_sha256`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<serde_json::Value>,
     /// Whether this commit ended its write (false for the intermediate commits of a long write).
     pub last_commit: bool,
     /// This tool's version.
@@ -87,6 +95,8 @@ impl RunRecord {
             device,
             previous_device: None,
             plan: None,
+            model_dir: None,
+            lineage: None,
             last_commit: true,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
         }

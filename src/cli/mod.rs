@@ -5,11 +5,13 @@ pub mod compare_order;
 pub mod cost;
 pub mod devices;
 pub mod display;
+pub mod embed;
 pub mod histogram;
 pub mod inspect;
 pub mod invariance;
 pub mod job;
 pub mod json_lines;
+pub mod lineage;
 pub mod plan;
 pub mod probe;
 pub mod run;
@@ -173,6 +175,23 @@ pub enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    /// Embed texts given as arguments or in a file and print each vector as a JSON line
+    /// ({"index": i, "vector": […]}), with the model directory's own settings, as a campaign would.
+    Embed {
+        /// Texts to embed.
+        texts: Vec<String>,
+        /// More texts, from a JSON lines file: each line a JSON string or an object with a "text" field.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// The model directory (default: the default model, as embed.model).
+        #[arg(long, value_name = "DIR")]
+        model: Option<String>,
+        /// Where the model runs: cpu, cuda or cuda:N (as embed.device).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
         /// The Lance dataset.
@@ -183,6 +202,19 @@ pub enum Command {
         /// The id column.
         #[arg(long, default_value = "id")]
         id_column: String,
+    },
+    /// How a dataset version's vectors were made: training data, checkpoint, ONNX export (from the model's
+    /// lineage.json, written by scripts/export-onnx), model directory, vectors and plan, with each hash.
+    /// --verify re-checks every link it can reach and exits 1 naming each broken one.
+    Lineage {
+        /// The Lance dataset: `path`, `path@version` or `path@tag`.
+        dataset: String,
+        /// Re-check the links: model files, checkpoint weights, the training data's version, the plan's corpus.
+        #[arg(long)]
+        verify: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Compare the vectors of two datasets, or two versions (`path@3`, `path@tag`), by id: fingerprints,
     /// ids on one side only or twice, cosine and largest difference. Exits 1 when they differ, 2 when
@@ -294,7 +326,12 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             devices::print(json)
         }
+        Command::Embed { texts, file, model, device, runtime } => {
+            runtime.apply();
+            embed::embed(texts, file.as_deref(), model, device).await
+        }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
+        Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
         Command::Compare {
             a,
             b,

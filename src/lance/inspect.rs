@@ -67,11 +67,7 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
     let mut versions = Vec::new();
     for v in ds.versions().await.map_err(lance_err(uri))? {
-        let transaction = ds.read_version_transaction(v.version).await.map_err(lance_err(uri))?.transaction;
-        let run = transaction
-            .and_then(|t| t.transaction_properties)
-            .and_then(|p| p.get(RUN_RECORD_KEY).cloned())
-            .and_then(|json| serde_json::from_str(&json).ok());
+        let run = run_record(&ds, v.version).await?;
         versions.push(VersionReport {
             version: v.version,
             timestamp: v.timestamp.to_rfc3339(),
@@ -86,6 +82,16 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
         None
     };
     Ok(DatasetReport { uri: uri.to_string(), version: ds.version().version, rows, fingerprint, ids, tags, versions })
+}
+
+/// The run record committed with `version` of `ds`, or None for a version this tool did not write.
+pub async fn run_record(ds: &Dataset, version: u64) -> Result<Option<RunRecord>> {
+    let uri = ds.uri();
+    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(uri))?.transaction;
+    Ok(transaction
+        .and_then(|t| t.transaction_properties)
+        .and_then(|p| p.get(RUN_RECORD_KEY).cloned())
+        .and_then(|json| serde_json::from_str(&json).ok()))
 }
 
 /// Count distinct and NULL ids with DataFusion, which spills rather than holding every id.
@@ -132,6 +138,13 @@ impl DatasetReport {
                 }
             }
             None => out += "fingerprint: none (not written by embed())\n",
+        }
+        // The newest write's model, from its training data on (scripts/export-onnx's lineage.json).
+        if let Some(record) = self.versions.iter().rev().find_map(|v| v.run.as_ref()).and_then(|r| r.lineage.as_ref()) {
+            out += "lineage (pipeline lineage --verify checks it)\n";
+            for link in crate::campaign::lineage::chain(record) {
+                out += &format!("  {}\n", link.to_text());
+            }
         }
         if !self.tags.is_empty() {
             out += "tags\n";

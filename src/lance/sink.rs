@@ -29,7 +29,9 @@ use futures::StreamExt;
 use lance::Dataset;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
-use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
+use crate::campaign::{
+    DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt, lineage,
+};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::options::EmbedOptions;
@@ -328,6 +330,12 @@ impl Committer<'_> {
         record.last_commit = last;
         record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
+        if let Some(origin) =
+            self.sink.fingerprint.as_ref().and_then(|f| lineage::recall(&f.model_sha256, &f.lineage_sha256))
+        {
+            record.model_dir = Some(origin.dir.display().to_string());
+            record.lineage = origin.lineage.map(|l| l.record);
+        }
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
         let json = serde_json::to_string(&record).unwrap_or_default();

@@ -43,9 +43,14 @@ struct Module {
     path: String,
 }
 
+/// `1_Pooling/config.json`, as sentence-transformers up to 5 writes it (`word_embedding_dimension` and one
+/// `pooling_mode_*` flag) or as 6 does (`embedding_dimension` and `pooling_mode: "mean"`).
 #[derive(Deserialize)]
 struct PoolingConfig {
+    #[serde(alias = "embedding_dimension")]
     word_embedding_dimension: usize,
+    #[serde(default)]
+    pooling_mode: Option<String>,
     #[serde(default)]
     pooling_mode_cls_token: bool,
     #[serde(default)]
@@ -59,6 +64,12 @@ struct PoolingConfig {
 #[derive(Deserialize)]
 struct SbertConfig {
     max_seq_length: Option<usize>,
+}
+
+/// `tokenizer_config.json`, where sentence-transformers 6 keeps the max_seq_length (as `model_max_length`).
+#[derive(Deserialize)]
+struct TokenizerConfig {
+    model_max_length: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -92,10 +103,26 @@ impl ModelSpec {
         let pooling = pooling_mode(&dir, &pooling_file, &pooling_cfg)?;
 
         let sbert: SbertConfig = read_json(&dir, "sentence_bert_config.json")?;
-        let max_seq_length = sbert
-            .max_seq_length
-            .filter(|n| *n >= 2)
-            .ok_or_else(|| Error::model(&dir, "sentence_bert_config.json", "needs a max_seq_length of at least 2"))?;
+        // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
+        // it (transformers writes 1e30 for "no limit", which is no use as one).
+        let max_seq_length = match sbert.max_seq_length {
+            Some(n) => Some(n),
+            None if dir.join("tokenizer_config.json").is_file() => {
+                read_json::<TokenizerConfig>(&dir, "tokenizer_config.json")?
+                    .model_max_length
+                    .filter(|n| *n >= 2.0 && *n <= 1e6)
+                    .map(|n| n as usize)
+            }
+            None => None,
+        }
+        .filter(|n| *n >= 2)
+        .ok_or_else(|| {
+            Error::model(
+                &dir,
+                "sentence_bert_config.json",
+                "needs a max_seq_length of at least 2 (or tokenizer_config.json a model_max_length)",
+            )
+        })?;
 
         let hf: HfConfig = read_json(&dir, "config.json")?;
         if let Some(hidden) = hf.hidden_size
@@ -157,6 +184,16 @@ impl ModelSpec {
 }
 
 fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> {
+    if let Some(mode) = &cfg.pooling_mode {
+        return match mode.as_str() {
+            "mean" => Ok(Pooling::Mean),
+            "cls" => Ok(Pooling::Cls),
+            "max" => Ok(Pooling::Max),
+            other => {
+                Err(Error::model(dir, file, format!("pooling_mode {other:?} is not supported; use mean, cls or max")))
+            }
+        };
+    }
     if cfg.pooling_mode_mean_sqrt_len_tokens {
         return Err(Error::model(
             dir,
@@ -257,6 +294,33 @@ mod tests {
             let err = ModelSpec::load(tmp.path()).unwrap_err().to_string();
             assert!(err.contains(file), "expected {file} in: {err}");
         }
+    }
+
+    #[test]
+    fn reads_the_sentence_transformers_6_layout() {
+        // What SentenceTransformer.save() writes from sentence-transformers 6: the pooling as one string, the
+        // dimension as embedding_dimension, and max_seq_length as the tokenizer's model_max_length.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        std::fs::write(d.join("1_Pooling/config.json"), r#"{"embedding_dimension": 8, "pooling_mode": "cls"}"#)
+            .unwrap();
+        std::fs::write(d.join("sentence_bert_config.json"), r#"{"transformer_task": "feature-extraction"}"#).unwrap();
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 12}"#).unwrap();
+        let spec = ModelSpec::load(d).unwrap();
+        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling), (8, 12, Pooling::Cls));
+        // transformers' 1e30 means "no limit", which is no max_seq_length.
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 1e30}"#).unwrap();
+        let err = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(err.contains("sentence_bert_config.json") && err.contains("model_max_length"), "{err}");
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 12}"#).unwrap();
+        std::fs::write(
+            d.join("1_Pooling/config.json"),
+            r#"{"embedding_dimension": 8, "pooling_mode": "weightedmean"}"#,
+        )
+        .unwrap();
+        let err = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(err.contains("1_Pooling/config.json") && err.contains("weightedmean"), "{err}");
     }
 
     #[test]

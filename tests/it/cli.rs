@@ -116,3 +116,36 @@ fn devices_reports_the_runtime_and_why_there_is_no_gpu() {
     assert!(out.contains("ONNX Runtime") && out.contains("/nonexistent/libonnxruntime.so"), "{out}");
     assert!(out.contains("GPUs:") || out.contains("NVIDIA driver"), "{out}");
 }
+
+#[test]
+fn embed_prints_the_vectors_a_query_makes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("more.jsonl"), "{\"text\": \"second text\"}\n").unwrap();
+    let model = model_dir().display().to_string();
+    let o = pipeline(&["embed", "--model", &model, "first text", "--file", "more.jsonl"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("fingerprint: {"), "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let batches = rt
+        .block_on(crate::common::sql(
+            &crate::common::session(),
+            "SELECT embed('first text') AS a, embed('second text') AS b",
+        ))
+        .unwrap();
+    for (i, col) in ["a", "b"].into_iter().enumerate() {
+        let want = crate::common::vectors(&batches, col)[0].clone().unwrap();
+        let got: Vec<f32> = serde_json::from_value(lines[i]["vector"].clone()).unwrap();
+        assert_eq!(lines[i]["index"], i);
+        assert_eq!(got, want, "text {i}");
+    }
+    // Nothing to embed, and a file that is not JSON lines, are errors that say so.
+    let o = pipeline(&["embed", "--model", &model], dir);
+    assert!(!o.status.success() && text(&o).1.contains("no texts"), "{:?}", text(&o));
+    std::fs::write(dir.join("bad.jsonl"), "plain\n").unwrap();
+    let o = pipeline(&["embed", "--model", &model, "--file", "bad.jsonl"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("bad.jsonl line 1"), "{:?}", text(&o));
+}

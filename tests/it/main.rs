@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod errors;
 mod integrity;
+mod lineage;
 mod messages;
 mod model;
 mod order;

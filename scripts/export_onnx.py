@@ -1,0 +1,372 @@
+"""Export a sentence-transformers checkpoint to a model directory the pipeline loads, verify it, and write
+its lineage. Run by scripts/export-onnx inside the exporter's own environment; see that script for usage.
+
+The ONNX graph is the transformer alone (token states out, dynamic batch and sequence axes); pooling and
+normalisation stay in the pipeline, as for every model it runs. Verification embeds a fixed sentence set, plus
+up to 1,000 of the user's texts, with sentence-transformers (float32, the checkpoint as trained) and with the
+exported file through `pipeline embed` (the pipeline's own tokenising, pooling and normalisation), and fails
+below the dtype's minimum cosine.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+PRODUCER = "embedding-pipeline/scripts/export-onnx"
+SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
+# This tool's own facets (OpenLineage custom facets, prefixed embeddingPipeline_).
+FACET_SCHEMA = "embedding-pipeline:lineage-facet/1"
+OPSET = 17
+MIN_COSINE = {"float32": 0.99999, "float16": 0.999}
+MAX_CHECK_TEXTS = 1000
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_state.json", "adapter_config.json")
+# What the pipeline runs of a sentence-transformers model: the transformer (exported), pooling and normalisation.
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+
+# The fixed verification set: the sentence-transformers README's three sentences, short and long texts, other
+# scripts, and a text past every usual max_seq_length (truncation must agree too).
+FIXED_TEXTS = [
+    "The weather is lovely today.",
+    "It's so sunny outside!",
+    "He drove to the stadium.",
+    "A man is eating food.",
+    "A man is riding a white horse on an enclosed ground.",
+    "Ok",
+    "Zwei Männer stehen am Herd und kochen.",
+    "Le chat dort sur le canapé depuis ce matin.",
+    "東京は日本の首都です。",
+    "Привет, как дела?",
+    "SELECT id, embed(text) FROM docs ORDER BY length(text) DESC;",
+    "Numbers 3.14159, 2.71828 and 1.41421 are irrational; 42 is not.",
+    " ".join(["The quick brown fox jumps over the lazy dog."] * 80),
+    "email: someone@example.com, url: https://example.com/a?b=c#d",
+    "    leading and trailing spaces    ",
+    "UPPER CASE TEXT WITH PUNCTUATION!!!",
+]
+
+
+def fail(message):
+    print(f"export-onnx: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def say(message):
+    print(f"export-onnx: {message}", file=sys.stderr)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def facet(**fields):
+    return {"_producer": PRODUCER, "_schemaURL": FACET_SCHEMA, **fields}
+
+
+def read_texts(path):
+    """JSON lines: each line a JSON string or an object with a string "text" field (as `pipeline embed`)."""
+    texts = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                fail(f"{path} line {n}: expected a JSON string or an object with a \"text\" field (JSON lines)")
+            if isinstance(value, dict):
+                value = value.get("text")
+            if not isinstance(value, str):
+                fail(f"{path} line {n}: expected a JSON string or an object with a string \"text\" field")
+            texts.append(value)
+            if len(texts) == MAX_CHECK_TEXTS:
+                break
+    return texts
+
+
+def lance_version(root, wanted):
+    """(version, manifest path) of a local Lance dataset: a version number, a tag, or None for the latest."""
+    versions = root / "_versions"
+    found = {}
+    for p in versions.glob("*.manifest"):
+        stem = p.stem
+        if not stem.isdigit():
+            continue
+        # Lance's V2 naming writes u64::MAX - version, 20 digits wide; V1 writes the version itself.
+        version = (2**64 - 1 - int(stem)) if len(stem) == 20 else int(stem)
+        found[version] = p
+    if not found:
+        fail(f"{root}: no Lance versions under _versions/")
+    if wanted is None:
+        version = max(found)
+    elif wanted.isdigit():
+        version = int(wanted)
+    else:
+        tag = root / "_refs" / "tags" / f"{wanted}.json"
+        if not tag.is_file():
+            fail(f"{root}: no version or tag '{wanted}' (tags are in _refs/tags/)")
+        version = json.loads(tag.read_text())["version"]
+    if version not in found:
+        fail(f"{root}: version {version} not found (versions: {sorted(found)[:5]}…{sorted(found)[-1]})")
+    return version, found[version]
+
+
+def training_data(spec):
+    """The training-data input: a local Lance dataset pinned to a version (its manifest's sha256), local files
+    (each file's sha256), or a URI recorded as given (not checked)."""
+    head, sep, tail = spec.rpartition("@")
+    uri, wanted = (head, tail) if sep and tail and "/" not in tail else (spec, None)
+    path = Path(uri)
+    data = {"uri": uri, "kind": "remote"}
+    if "://" not in uri and (path / "_versions").is_dir():
+        version, manifest = lance_version(path, wanted)
+        data = {
+            "uri": str(path.resolve()),
+            "kind": "lance",
+            "version": version,
+            "tag": wanted if wanted and not wanted.isdigit() else None,
+            "manifest_sha256": sha256_file(manifest),
+        }
+    elif "://" not in uri and path.exists():
+        if wanted:
+            fail(f"{uri}: @{wanted} applies to Lance datasets; this is a plain file or folder")
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        data = {
+            "uri": str(path.resolve()),
+            "kind": "files",
+            "files": {str(p.relative_to(path) if p != path else p.name): sha256_file(p) for p in files},
+        }
+    elif "://" not in uri:
+        fail(f"--train-data {uri}: not found (give a local path, or a URI such as s3://bucket/data.lance@12)")
+    else:
+        data["version"] = wanted
+        say(f"training data {uri} is remote: recorded as given, its digest is not checked")
+    return {
+        "namespace": "lance" if data["kind"] == "lance" else ("file" if data["kind"] == "files" else "uri"),
+        "name": data["uri"],
+        "facets": {
+            **({"version": facet(datasetVersion=str(data["version"]))} if data.get("version") is not None else {}),
+            "embeddingPipeline_trainingData": facet(role="training_data", **data),
+        },
+    }
+
+
+def model_files(directory):
+    return {name: sha256_file(directory / name) for name in WEIGHT_FILES if (directory / name).is_file()}
+
+
+def export(args):
+    checkpoint = Path(args.checkpoint).resolve()
+    out = Path(args.out).resolve()
+    if not (checkpoint / "modules.json").is_file():
+        fail(f"{checkpoint}: not a sentence-transformers directory (no modules.json)")
+    modules = json.loads((checkpoint / "modules.json").read_text())
+    for m in modules:
+        kind = m.get("type", "").rsplit(".", 1)[-1]
+        if kind not in SUPPORTED_MODULES:
+            fail(f"{checkpoint}/modules.json: module {m.get('type')} is not one the pipeline runs "
+                 f"(it runs {', '.join(SUPPORTED_MODULES)})")
+    weights = model_files(checkpoint)
+    if not weights:
+        fail(f"{checkpoint}: no weights ({' or '.join(WEIGHT_FILES)})")
+    if out.exists() and any(out.iterdir()):
+        fail(f"{out} exists and is not empty: choose a new directory")
+    # Everything that can be checked without torch is checked before it loads.
+    train_data = training_data(args.train_data) if args.train_data else None
+
+    import numpy as np
+    import onnx
+    import sentence_transformers
+    import torch
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    started = time.monotonic()
+    torch.manual_seed(0)
+    model = SentenceTransformer(str(checkpoint), device="cpu")
+    model.eval()
+    transformer = model[0]
+    auto_model = transformer.auto_model
+    tokenizer = transformer.tokenizer
+    input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tokenizer.model_input_names]
+
+    class TokenStates(torch.nn.Module):
+        """The transformer with the token states as its one output."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs):
+            out = self.inner(**dict(zip(input_names, inputs)))
+            return out.last_hidden_state
+
+    exported = TokenStates(auto_model).eval()
+    dummy = tokenizer(["a short text", "a somewhat longer text to pad against"], padding=True, return_tensors="pt")
+    tmp = Path(tempfile.mkdtemp(prefix="export-onnx-"))
+    try:
+        staging = tmp / "model"
+        staging.mkdir()
+        copy_configs(checkpoint, staging, modules)
+        (staging / "onnx").mkdir()
+        onnx_path = staging / "onnx" / "model.onnx"
+        axes = {n: {0: "batch", 1: "sequence"} for n in input_names}
+        axes["last_hidden_state"] = {0: "batch", 1: "sequence"}
+        with torch.no_grad():
+            torch.onnx.export(
+                exported,
+                tuple(dummy[n] for n in input_names),
+                str(onnx_path),
+                input_names=input_names,
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        if args.dtype == "float16":
+            # Traced in float32, then converted by onnxconverter-common with float32 inputs and outputs kept:
+            # torch's float16 trace on the CPU leaves LayerNormalization with mixed float/float16 types.
+            from onnxconverter_common import float16
+
+            half = float16.convert_float_to_float16(onnx.load(str(onnx_path)), keep_io_types=True)
+            onnx.save(half, str(onnx_path))
+        onnx.checker.check_model(str(onnx_path))
+        export_seconds = time.monotonic() - started
+        say(f"exported {args.dtype} ONNX in {export_seconds:.1f} s")
+
+        texts = FIXED_TEXTS + (read_texts(args.check_texts) if args.check_texts else [])
+        reference = model.encode(texts, batch_size=32, convert_to_numpy=True)
+        texts_file = tmp / "texts.jsonl"
+        texts_file.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
+        run = subprocess.run([args.pipeline, "embed", "--model", str(staging), "--file", str(texts_file)],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            fail(f"pipeline embed failed on the export:\n{run.stderr.strip()}")
+        ours = np.array([json.loads(line)["vector"] for line in run.stdout.splitlines()], dtype=np.float64)
+        ref = reference.astype(np.float64)
+        if ours.shape != ref.shape:
+            fail(f"pipeline embed gave {ours.shape} vectors, sentence-transformers {ref.shape}")
+        cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
+        worst = int(cos.argmin())
+        verification = {
+            "texts": len(texts),
+            "fixed_texts": len(FIXED_TEXTS),
+            "check_texts_file": str(Path(args.check_texts).resolve()) if args.check_texts else None,
+            "reference": "sentence-transformers, float32, CPU",
+            "candidate": "pipeline embed (ONNX Runtime, the pipeline's pooling), CPU",
+            "min_cosine": float(cos.min()),
+            "mean_cosine": float(cos.mean()),
+            "max_abs_diff": float(np.abs(ours - ref).max()),
+            "threshold_min_cosine": MIN_COSINE[args.dtype],
+            "worst_text": texts[worst][:80],
+            "passed": bool(cos.min() >= MIN_COSINE[args.dtype]),
+            "seconds": round(time.monotonic() - started - export_seconds, 2),
+        }
+        say(f"verified on {len(texts)} texts: minimum cosine {cos.min():.7f}, mean {cos.mean():.7f}, "
+            f"largest element difference {verification['max_abs_diff']:.2e} "
+            f"(pass mark {MIN_COSINE[args.dtype]} for {args.dtype})")
+        if not verification["passed"]:
+            fail(f"the export does not reproduce sentence-transformers: minimum cosine {cos.min():.7f} < "
+                 f"{MIN_COSINE[args.dtype]}, worst on {texts[worst][:60]!r}; nothing written to {out}")
+
+        onnx_sha = sha256_file(onnx_path)
+        base_name, _, base_rev = (args.base or "").partition("@")
+        adaptation = args.adaptation or ("full" if args.base else "none")
+        training_config = {n: sha256_file(checkpoint / n) for n in TRAINING_CONFIG_FILES if (checkpoint / n).is_file()}
+        inputs = []
+        if args.base:
+            base_files = model_files(Path(args.base_dir)) if args.base_dir else (weights if adaptation == "none" else {})
+            inputs.append({
+                "namespace": "model",
+                "name": base_name,
+                "facets": {"embeddingPipeline_model": facet(
+                    role="base", revision=base_rev or None, weights_sha256=base_files,
+                    directory=str(Path(args.base_dir).resolve()) if args.base_dir else None)},
+            })
+        inputs.append({
+            "namespace": "file",
+            "name": str(checkpoint),
+            "facets": {"embeddingPipeline_model": facet(
+                role="checkpoint", adaptation=adaptation, weights_sha256=weights,
+                training_config_sha256=training_config)},
+        })
+        if train_data:
+            inputs.append(train_data)
+        record = {
+            "eventType": "COMPLETE",
+            "eventTime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "producer": PRODUCER,
+            "schemaURL": SCHEMA,
+            "job": {"namespace": "embedding-pipeline", "name": "export-onnx"},
+            "run": {
+                "runId": str(uuid.uuid4()),
+                "facets": {
+                    "embeddingPipeline_exporter": facet(
+                        torch=torch.__version__, transformers=transformers.__version__,
+                        sentence_transformers=sentence_transformers.__version__, onnx=onnx.__version__,
+                        opset=OPSET, dtype=args.dtype, seconds=round(export_seconds, 2)),
+                    "embeddingPipeline_verification": facet(**verification),
+                },
+            },
+            "inputs": inputs,
+            "outputs": [{
+                "namespace": "file",
+                "name": str(out),
+                "facets": {"embeddingPipeline_onnx": facet(file="onnx/model.onnx", sha256=onnx_sha, dtype=args.dtype,
+                                                           opset=OPSET)},
+            }],
+        }
+        (staging / "lineage.json").write_text(json.dumps(record, indent=2) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            out.rmdir()
+        shutil.move(str(staging), str(out))
+        say(f"wrote {out} (onnx/model.onnx sha256 {onnx_sha[:12]}…, lineage.json)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def copy_configs(checkpoint, out, modules):
+    """Everything of the checkpoint but its weights: tokenizer, configs, the modules' folders."""
+    skip = set(WEIGHT_FILES) | set(TRAINING_CONFIG_FILES) | {"onnx", "openvino", "lineage.json"}
+    for p in checkpoint.iterdir():
+        if p.name in skip or p.name.startswith(".") or p.suffix in (".pt", ".ckpt", ".h5", ".msgpack"):
+            continue
+        if p.is_dir():
+            shutil.copytree(p, out / p.name, ignore=shutil.ignore_patterns(*WEIGHT_FILES))
+        else:
+            shutil.copy2(p, out / p.name)
+
+
+def main():
+    p = argparse.ArgumentParser(prog="scripts/export-onnx")
+    p.add_argument("checkpoint")
+    p.add_argument("out")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    p.add_argument("--train-data", metavar="URI[@VERSION|@TAG]")
+    p.add_argument("--base", metavar="NAME@REVISION")
+    p.add_argument("--base-dir", metavar="DIR", help="a local copy of the base model, to hash its weights")
+    p.add_argument("--adaptation", choices=["none", "full", "lora-merged"])
+    p.add_argument("--check-texts", metavar="FILE")
+    p.add_argument("--pipeline", required=True)
+    export(p.parse_args())
+
+
+if __name__ == "__main__":
+    main()

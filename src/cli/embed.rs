@@ -1,0 +1,107 @@
+//! `pipeline embed [TEXT]… [--file FILE] [--model DIR] [--device D]`: the vectors of a few texts, one JSON
+//! object per line, made exactly as a campaign with that model directory's own settings makes them. For
+//! scripts: `scripts/export-onnx` verifies an export with it, through the pipeline's own tokenising and
+//! pooling rather than a copy of them.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use crate::campaign::Fingerprint;
+use crate::model::TextEmbedder;
+use crate::options::EmbedOptions;
+
+/// One line of output.
+#[derive(Serialize)]
+struct Line<'a> {
+    /// Position of the text among all texts given (command line first, then the file's).
+    index: usize,
+    vector: &'a [f32],
+}
+
+/// Texts from a JSON lines file: each line a JSON string, or an object with a string `text` field.
+/// Blank lines are skipped; any other line is an error that names the file and line.
+pub fn read_texts(file: &Path) -> anyhow::Result<Vec<String>> {
+    let reader =
+        std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?);
+    let mut texts = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("{} line {}: not valid UTF-8", file.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let text = match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(serde_json::Value::String(s)) => s,
+            Ok(serde_json::Value::Object(mut o)) => match o.remove("text") {
+                Some(serde_json::Value::String(s)) => s,
+                _ => bail!("{} line {}: the object has no string field \"text\"", file.display(), i + 1),
+            },
+            Ok(_) | Err(_) => bail!(
+                "{} line {}: expected a JSON string or an object with a \"text\" field (JSON lines)",
+                file.display(),
+                i + 1
+            ),
+        };
+        texts.push(text);
+    }
+    Ok(texts)
+}
+
+/// Embed the texts and print one `{"index": i, "vector": […]}` line per text, in order, after the
+/// fingerprint they were made under (on standard error).
+pub async fn embed(
+    mut texts: Vec<String>,
+    file: Option<&Path>,
+    model: Option<String>,
+    device: Option<String>,
+) -> anyhow::Result<()> {
+    if let Some(file) = file {
+        texts.extend(read_texts(file)?);
+    }
+    if texts.is_empty() {
+        bail!("no texts: give them as arguments, or --file FILE (JSON lines)");
+    }
+    let mut options = EmbedOptions::default();
+    if let Some(model) = model {
+        options = options.with_model(model);
+    }
+    if let Some(device) = device {
+        options.device = device;
+    }
+    let (settings, fingerprint) = Fingerprint::for_options(&options)?;
+    let embedder = options.embedder()?;
+    let embedded = tokio::task::spawn_blocking(move || {
+        let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+        embedder.embed(&refs, &settings)
+    })
+    .await??;
+    eprintln!("fingerprint: {}", fingerprint.to_json());
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (index, vector) in embedded.vectors.chunks(fingerprint.dim).enumerate() {
+        serde_json::to_writer(&mut out, &Line { index, vector })?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_strings_or_text_fields_and_a_bad_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.jsonl");
+        std::fs::write(&f, "\"one\"\n\n{\"text\": \"two\", \"id\": 3}\n").unwrap();
+        assert_eq!(read_texts(&f).unwrap(), ["one", "two"]);
+        std::fs::write(&f, "\"one\"\n{\"id\": 3}\n").unwrap();
+        let e = read_texts(&f).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl line 2") && e.contains("\"text\""), "{e}");
+        std::fs::write(&f, "plain words\n").unwrap();
+        let e = read_texts(&f).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("JSON lines"), "{e}");
+    }
+}

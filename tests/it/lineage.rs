@@ -1,0 +1,239 @@
+//! scripts/export-onnx and `pipeline lineage`: a tiny sentence-transformers model built here from a config (no
+//! hub) is exported in float32 and float16 by the real exporter (torch, in its own environment under the install
+//! home, installed on first use), verified, embedded with through `pipeline run`, and its chain read back and
+//! checked; then each link is broken in turn and `--verify` must name it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use super::cli::{pipeline, text};
+use super::common::{model_dir, write_jsonl};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The exporter's python, its environment installed if needed (once per machine: tests share it).
+fn export_python() -> PathBuf {
+    let out = Command::new(repo().join("scripts/export-onnx")).arg("--env").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// scripts/export-onnx with this build's pipeline.
+fn export(args: &[&str], dir: &Path) -> Output {
+    Command::new(repo().join("scripts/export-onnx"))
+        .args(args)
+        .env("PIPELINE", env!("CARGO_BIN_EXE_pipeline"))
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// A tiny, randomly initialised sentence-transformers checkpoint in `dir/name`, as sentence-transformers 6
+/// saves it, with the default model's tokenizer.
+fn tiny_checkpoint(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let o = Command::new(export_python())
+        .arg(repo().join("tests/fixtures/make_tiny_st_model.py"))
+        .arg(model_dir())
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn lineage_json(dir: &Path, args: &[&str]) -> (Output, Value) {
+    let mut all = vec!["lineage", "--json"];
+    all.extend_from_slice(args);
+    let o = pipeline(&all, dir);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o, v)
+}
+
+/// The status of the check of `link`.
+fn status(report: &Value, link: &str) -> String {
+    report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["link"] == link))
+        .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_else(|| format!("no check of {link} in {report}"))
+}
+
+fn run_job(dir: &Path, name: &str, model: &Path, out: &str, extra: &[&str]) -> Output {
+    let sql = format!(
+        "SET embed.model = '{}';\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{out}' STORED AS LANCE;\n",
+        model.display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+    let mut args = vec!["run", "-q", name];
+    args.extend_from_slice(extra);
+    pipeline(&args, dir)
+}
+
+#[test]
+fn export_verify_embed_and_prove_the_chain_then_break_each_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let docs: Vec<(String, Option<String>)> =
+        (0..40).map(|i| (format!("d{i}"), Some(format!("document {i} about {}", "lineage ".repeat(i % 7))))).collect();
+    let docs: Vec<(&str, Option<&str>)> = docs.iter().map(|(i, t)| (i.as_str(), t.as_deref())).collect();
+    write_jsonl(&dir.join("docs.jsonl"), &docs);
+
+    // The training data: a Lance dataset written by the pipeline (its version 1).
+    std::fs::write(
+        dir.join("train.sql"),
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, text FROM docs) TO 'train.lance' STORED AS LANCE;\n",
+    )
+    .unwrap();
+    let o = pipeline(&["run", "-q", "train.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let ckpt = tiny_checkpoint(dir, "ckpt");
+    std::fs::write(dir.join("check.jsonl"), "\"a user's own text\"\n{\"text\": \"another one\"}\n").unwrap();
+    for (dtype, out, floor) in [("float32", "m32", 0.99999), ("float16", "m16", 0.999)] {
+        let o = export(
+            &[
+                "ckpt",
+                out,
+                "--dtype",
+                dtype,
+                "--train-data",
+                "train.lance@1",
+                "--base",
+                "test/tiny-bert@seed0",
+                "--check-texts",
+                "check.jsonl",
+            ],
+            dir,
+        );
+        let (_, err) = text(&o);
+        assert!(o.status.success(), "{dtype}: {err}");
+        assert!(err.contains("verified on 18 texts"), "{err}");
+        let record: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(out).join("lineage.json")).unwrap()).unwrap();
+        let v = &record["run"]["facets"]["embeddingPipeline_verification"];
+        assert!(v["passed"].as_bool().unwrap() && v["min_cosine"].as_f64().unwrap() >= floor, "{v}");
+        assert_eq!(record["run"]["facets"]["embeddingPipeline_exporter"]["dtype"], dtype);
+        let onnx_sha =
+            embedding_pipeline::campaign::fingerprint::sha256_file(&dir.join(out).join("onnx/model.onnx")).unwrap();
+        assert_eq!(record["outputs"][0]["facets"]["embeddingPipeline_onnx"]["sha256"], onnx_sha.as_str());
+        let data = &record["inputs"][2]["facets"]["embeddingPipeline_trainingData"];
+        assert_eq!((data["kind"].as_str(), data["version"].as_u64()), (Some("lance"), Some(1)), "{record}");
+        let ck = &record["inputs"][1]["facets"]["embeddingPipeline_model"];
+        assert_eq!(ck["adaptation"], "full");
+        assert!(ck["training_config_sha256"]["training_args.json"].is_string(), "{ck}");
+    }
+
+    // Embed with each; the fingerprint carries the lineage's digest and the dtype, so they never mix.
+    let o = run_job(dir, "j32.sql", &dir.join("m32"), "out/v32.lance", &[]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = run_job(dir, "j16.sql", &dir.join("m16"), "out/v16.lance", &[]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = run_job(dir, "mix.sql", &dir.join("m16"), "out/v32.lance", &[]);
+    assert!(!o.status.success() && text(&o).1.contains("fingerprint"), "{:?}", text(&o));
+
+    for (data, dtype) in [("out/v32.lance", "float32"), ("out/v16.lance", "float16")] {
+        let (o, report) = lineage_json(dir, &[data, "--verify"]);
+        assert!(o.status.success(), "{:?}", text(&o));
+        let links: Vec<&str> =
+            report["chain"].as_array().unwrap().iter().map(|l| l["link"].as_str().unwrap()).collect();
+        assert_eq!(
+            links,
+            ["training data", "base model", "checkpoint", "ONNX export", "model directory", "vectors"],
+            "{report}"
+        );
+        assert_eq!(report["fingerprint"]["model_dtype"], dtype);
+        assert!(report["fingerprint"]["lineage_sha256"].is_string());
+        for link in ["ONNX export", "model directory", "checkpoint", "training data"] {
+            assert_eq!(status(&report, link), "ok", "{link}: {report}");
+        }
+        // The base model's weights were not given (--base-dir): named, not checked.
+        assert_eq!(status(&report, "base model"), "unchecked");
+    }
+    // The text form and inspect show the chain too.
+    let (out, _) = text(&pipeline(&["lineage", "out/v32.lance"], dir));
+    assert!(out.contains("training data") && out.contains("lance version 1") && out.contains("checkpoint"), "{out}");
+    let (out, _) = text(&pipeline(&["inspect", "out/v32.lance"], dir));
+    assert!(out.contains("lineage (pipeline lineage --verify checks it)") && out.contains("full fine-tune"), "{out}");
+
+    // One byte of the model file changed: the model directory's link breaks, and only it.
+    let onnx = dir.join("m32/onnx/model.onnx");
+    let good = std::fs::read(&onnx).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&onnx, &bad).unwrap();
+    let (o, report) = lineage_json(dir, &["out/v32.lance", "--verify"]);
+    assert!(!o.status.success(), "{report}");
+    assert_eq!(status(&report, "model directory"), "BROKEN", "{report}");
+    assert_eq!(status(&report, "training data"), "ok");
+    let (_, err) = text(&pipeline(&["lineage", "out/v32.lance", "--verify"], dir));
+    assert!(err.contains("lineage broken at: model directory"), "{err}");
+    std::fs::write(&onnx, &good).unwrap();
+
+    // The checkpoint's weights changed after the export.
+    let weights = ckpt.join("model.safetensors");
+    let good_weights = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, [good_weights.as_slice(), b" "].concat()).unwrap();
+    let (o, report) = lineage_json(dir, &["out/v32.lance", "--verify"]);
+    assert!(!o.status.success());
+    assert_eq!(status(&report, "checkpoint"), "BROKEN", "{report}");
+    std::fs::write(&weights, &good_weights).unwrap();
+
+    // A version added to the training data, then the referenced one cleaned up by Lance: the link breaks.
+    let o = pipeline(&["run", "-q", "--restart", "train.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let (o, report) = lineage_json(dir, &["out/v32.lance", "--verify"]);
+    assert!(o.status.success(), "a newer version alone breaks nothing: {report}");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let ds = lance::Dataset::open(dir.join("train.lance").to_str().unwrap()).await.unwrap();
+        assert_eq!(ds.version().version, 2);
+        let removed = ds.cleanup_old_versions(Default::default(), Some(true), None).await.unwrap();
+        assert!(removed.old_versions >= 1, "{removed:?}");
+    });
+    let (o, report) = lineage_json(dir, &["out/v32.lance", "--verify"]);
+    assert!(!o.status.success());
+    assert_eq!(status(&report, "training data"), "BROKEN", "{report}");
+    assert_eq!(status(&report, "model directory"), "ok", "{report}");
+}
+
+#[test]
+fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ckpt = tiny_checkpoint(dir, "ckpt");
+
+    // A module the pipeline does not run (a Dense layer after pooling): named, nothing written.
+    let modules = std::fs::read_to_string(ckpt.join("modules.json")).unwrap();
+    let mut parsed: Vec<Value> = serde_json::from_str(&modules).unwrap();
+    parsed.push(
+        serde_json::json!({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}),
+    );
+    std::fs::write(ckpt.join("modules.json"), serde_json::to_string(&parsed).unwrap()).unwrap();
+    let o = export(&["ckpt", "out"], dir);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("sentence_transformers.models.Dense") && err.contains("modules.json"),
+        "{err}"
+    );
+    assert!(!dir.join("out").exists());
+    std::fs::write(ckpt.join("modules.json"), modules).unwrap();
+
+    // An OUT that holds something is not overwritten.
+    std::fs::create_dir(dir.join("taken")).unwrap();
+    std::fs::write(dir.join("taken/keep.txt"), "mine").unwrap();
+    let o = export(&["ckpt", "taken"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("not empty"), "{:?}", text(&o));
+    assert_eq!(std::fs::read_to_string(dir.join("taken/keep.txt")).unwrap(), "mine");
+
+    // Training data that is not there, and a version that is not there.
+    let o = export(&["ckpt", "out", "--train-data", "nowhere.lance@3"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("nowhere.lance"), "{:?}", text(&o));
+    assert!(!dir.join("out").exists());
+}
