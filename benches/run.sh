@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -50,7 +50,7 @@ PY
 # job FILE CORPUS OUT [extra SET lines]
 job() {
   local file=$1 data=$2 out=$3; shift 3
-  { echo "SET embed.model = '$ROOT/models/all-MiniLM-L6-v2';"
+  { echo "SET embed.model = '${MODEL:-$ROOT/models/all-MiniLM-L6-v2}';"
     for s in "$@"; do echo "$s;"; done
     echo "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$data';"
     echo "COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$out' STORED AS LANCE;"
@@ -316,6 +316,54 @@ print(f"**Two CPU \"devices\"**: the same trial with `SET embed.intra_threads = 
 print("```")
 print(open(f"{work}/cost.txt").read().rstrip())
 print("```\n")
+PY
+}
+
+section_models() {
+  # The default int8 model against its float32 and float16 exports (scripts/setup --models), at the default
+  # settings, in one run: int8 and float32 alternate twice and the faster of each is kept; float16 runs once.
+  local n="${BENCH_MODELS_DOCS:-2000}" m w
+  scripts/setup --models
+  corpus "$n" 1 "$WORK/m.jsonl"
+  for m in int8 fp32 fp16; do
+    local dir="$ROOT/models/all-MiniLM-L6-v2-$m"
+    [ "$m" = int8 ] && dir="$ROOT/models/all-MiniLM-L6-v2"
+    MODEL="$dir" job "$WORK/$m.sql" "$WORK/m.jsonl" "$WORK/$m.lance"
+  done
+  : > "$WORK/models.txt"
+  for m in int8 fp32 int8 fp32 fp16; do
+    rm -rf "$WORK/$m.lance"
+    read -r w _ < <(measure "$WORK/$m.sql")
+    echo "$m $w" >> "$WORK/models.txt"
+  done
+  for m in int8 fp32 fp16; do "$PIPELINE" inspect "$WORK/$m.lance" --json > "$WORK/$m.json"; done
+  for m in int8 fp16; do
+    "$PIPELINE" compare "$WORK/fp32.lance" "$WORK/$m.lance" --allow-different-fingerprints --json > "$WORK/cmp-$m.json" || true
+  done
+  python3 - "$n" "$WORK" > "$RESULTS_DIR/models.md" <<'PY'
+import json, sys
+n, work = int(sys.argv[1]), sys.argv[2]
+walls = {}
+for line in open(f"{work}/models.txt"):
+    m, w = line.split()
+    walls[m] = min(walls.get(m, float("inf")), float(w))
+useful = {m: sum(v["run"]["useful_tokens"] for v in json.load(open(f"{work}/{m}.json"))["versions"] if v.get("run"))
+          for m in walls}
+cmp = {m: json.load(open(f"{work}/cmp-{m}.json")) for m in ("int8", "fp16")}
+print("## Models: the int8 default against its float32 and float16 exports, on the CPU
+")
+print(f"The first {n:,} documents of debian_desc_en at the default settings (only `embed.model` set), whole `pipeline run`")
+print("processes (model load included). int8 and float32 ran alternately twice and the faster of each is kept; float16")
+print("once. The exports are scripts/export-onnx's, from the PyPI sentence-transformers checkpoint.\n")
+print("| model | wall s | useful tokens/s | vs int8 | min cosine vs float32 |")
+print("|---|---|---|---|---|")
+base = useful["int8"] / walls["int8"]
+for m, label in (("int8", "int8 (default)"), ("fp32", "float32 export"), ("fp16", "float16 export")):
+    tps = useful[m] / walls[m]
+    c = "1 (itself)" if m == "fp32" else f"{cmp[m]['min_cosine']:.5f}"
+    print(f"| {label} | {walls[m]:.1f} | {tps:,.0f} | {tps/base:.2f}x | {c} |")
+print(f"\n**float32 / int8 = {useful['fp32']/walls['fp32']/base:.2f}x** in useful tokens/s on this CPU. ONNX Runtime's CPU")
+print("provider has few float16 kernels, so the float16 export is for GPUs; it runs on the CPU, slowly.\n")
 PY
 }
 

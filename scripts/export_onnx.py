@@ -19,10 +19,16 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# torch's tracer and transformers warn about things the user cannot act on (Python booleans in the trace,
+# deprecations); what matters is whether the export reproduces the checkpoint, which the verification measures.
+warnings.filterwarnings("ignore")
 
 PRODUCER = "embedding-pipeline/scripts/export-onnx"
 SCHEMA = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent"
@@ -196,6 +202,8 @@ def export(args):
     import torch
     import transformers
     from sentence_transformers import SentenceTransformer
+
+    transformers.utils.logging.disable_progress_bar()
 
     started = time.monotonic()
     torch.manual_seed(0)

@@ -79,6 +79,10 @@ note "bundle: $(tr '\n' ';' < "$WORK/BUNDLE")"
 PIPELINE="$WORK/bin/pipeline"
 BARE="$WORK/bin/bare_session"
 MODEL="$WORK/model/all-MiniLM-L6-v2"
+# The float32 export where the bundle has it: the same file on the CPU and the GPU, so their vectors compare
+# (the int8 default's quantisation nodes have no CUDA kernels, and the placement check refuses it on CUDA).
+[ -f "$WORK/model/all-MiniLM-L6-v2-fp32/onnx/model.onnx" ] && MODEL="$WORK/model/all-MiniLM-L6-v2-fp32"
+note "model: $(basename "$MODEL")"
 CORPUS="$WORK/corpus.jsonl"
 DOCS=$(wc -l < "$CORPUS")
 THREADS=$(nproc)

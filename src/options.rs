@@ -155,6 +155,11 @@ pub const ORDER_MEMORY_DEPRECATED: &str = "embed.order_memory is deprecated and 
 /// repository, the copy setup also puts in the install home is used (see [`EmbedOptions::model_dir`]).
 pub const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
 
+/// The default model on a GPU, when `embed.model` is left at [`DEFAULT_MODEL`]: the float16 export that
+/// `scripts/setup --gpu` makes. The int8 default's quantisation nodes have no CUDA kernels, so the placement
+/// check refuses it there.
+pub const DEFAULT_GPU_MODEL: &str = "models/all-MiniLM-L6-v2-fp16";
+
 impl EmbedOptions {
     /// The `embed.*` options of a session's configuration (the defaults when it has none).
     pub fn from_config(config: &ConfigOptions) -> Self {
@@ -225,20 +230,29 @@ impl EmbedOptions {
         }
     }
 
-    /// The model directory to load: `embed.model`, except that the default, when the working directory
-    /// has no `models/all-MiniLM-L6-v2`, is the copy `scripts/setup` installed in the install home
-    /// (`$EMBED_PIPELINE_HOME`, by default `~/.local/share/embedding-pipeline`), so that a job runs from
-    /// any directory.
+    /// The model directory to load: `embed.model`, except for the default. On a CUDA device the default is
+    /// [`DEFAULT_GPU_MODEL`]. When the working directory has no such folder, the copy `scripts/setup`
+    /// installed in the install home (`$EMBED_PIPELINE_HOME`, by default `~/.local/share/embedding-pipeline`)
+    /// is used, so that a job runs from any directory.
     pub fn model_dir(&self) -> PathBuf {
-        let given = PathBuf::from(&self.model);
-        if self.model == DEFAULT_MODEL
-            && !given.is_dir()
-            && let Some(home) = crate::model::runtime::install_home().map(|h| h.join(DEFAULT_MODEL))
+        if self.model != DEFAULT_MODEL {
+            return PathBuf::from(&self.model);
+        }
+        let default = if self.uses_gpu_default() { DEFAULT_GPU_MODEL } else { DEFAULT_MODEL };
+        let given = PathBuf::from(default);
+        if !given.is_dir()
+            && let Some(home) = crate::model::runtime::install_home().map(|h| h.join(default))
             && home.is_dir()
         {
             return home;
         }
         given
+    }
+
+    /// Whether the model is the GPU's default ([`DEFAULT_GPU_MODEL`]): `embed.model` left at its default
+    /// and a CUDA device.
+    pub fn uses_gpu_default(&self) -> bool {
+        self.model == DEFAULT_MODEL && self.device.trim().starts_with("cuda")
     }
 
     /// These options with another model directory.
@@ -327,6 +341,18 @@ fn bad(key: &str, value: impl ToString, message: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_takes_the_float16_default_unless_a_model_is_set() {
+        let cuda = EmbedOptions { device: "cuda:1".into(), ..Default::default() };
+        assert!(cuda.uses_gpu_default());
+        assert!(cuda.model_dir().ends_with(DEFAULT_GPU_MODEL), "{}", cuda.model_dir().display());
+        let cpu = EmbedOptions::default();
+        assert!(!cpu.uses_gpu_default() && cpu.model_dir().ends_with(DEFAULT_MODEL));
+        let chosen = EmbedOptions { device: "cuda".into(), ..Default::default() }.with_model("my/model");
+        assert!(!chosen.uses_gpu_default());
+        assert_eq!(chosen.model_dir(), PathBuf::from("my/model"));
+    }
 
     #[test]
     fn defaults_follow_the_model() {

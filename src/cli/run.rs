@@ -656,7 +656,13 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
             write_seconds
         );
         let options = EmbedOptions::from_config(session.context().state().config_options());
-        if options.model_dir() != Path::new(&options.model) {
+        if options.uses_gpu_default() {
+            println!(
+                "model: {} (the float16 default for GPUs, which scripts/setup --gpu exports: the int8 default has \
+                 no CUDA kernels for its quantisation; SET embed.model to choose another)",
+                options.model_dir().display()
+            );
+        } else if options.model_dir() != Path::new(&options.model) {
             println!(
                 "model: {} (the default model as scripts/setup installed it; there is no {} here)",
                 options.model_dir().display(),

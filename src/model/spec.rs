@@ -88,8 +88,8 @@ impl ModelSpec {
             return Err(Error::model(
                 &dir,
                 "",
-                "model directory not found. Run `scripts/setup` for the default model, or `SET embed.model` to a \
-                 sentence-transformers directory",
+                "model directory not found. Run `scripts/setup` for the default model (`scripts/setup --gpu` for \
+                 the float16 one a GPU uses), or `SET embed.model` to a sentence-transformers directory",
             ));
         }
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;

@@ -237,3 +237,53 @@ fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
     assert!(!o.status.success() && text(&o).1.contains("nowhere.lance"), "{:?}", text(&o));
     assert!(!dir.join("out").exists());
 }
+
+/// The float32 and float16 exports of the default model that `scripts/setup --models` (and `--gpu`) makes from
+/// the PyPI checkpoint: verified, with their lineage, and the float32 one gives the sentence-transformers README's
+/// similarity matrix through `pipeline run`.
+#[test]
+fn the_default_models_exports_give_the_sentence_transformers_matrix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_jsonl(
+        &dir.join("docs.jsonl"),
+        &[
+            ("s0", Some("The weather is lovely today.")),
+            ("s1", Some("It's so sunny outside!")),
+            ("s2", Some("He drove to the stadium.")),
+        ],
+    );
+    // sentence-transformers' README: similarity of sentences 0-1, 0-2, 1-2.
+    let readme = [0.6660f32, 0.1046, 0.1411];
+    for (name, dtype, tolerance) in
+        [("all-MiniLM-L6-v2-fp32", "float32", 0.0005f32), ("all-MiniLM-L6-v2-fp16", "float16", 0.001)]
+    {
+        let model = repo().join("models").join(name);
+        assert!(model.join("lineage.json").is_file(), "{} is missing: run scripts/setup --models", model.display());
+        let out = format!("out/{name}.lance");
+        let o = run_job(dir, "job.sql", &model, &out, &[]);
+        assert!(o.status.success(), "{name}: {:?}", text(&o));
+        let (o, report) = lineage_json(dir, &[&out, "--verify"]);
+        assert!(o.status.success(), "{name}: {report}");
+        assert_eq!(report["fingerprint"]["model_dtype"], dtype);
+        for link in ["base model", "checkpoint", "ONNX export", "model directory"] {
+            assert_eq!(status(&report, link), "ok", "{name} {link}: {report}");
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let batches = rt
+            .block_on(super::common::sql(
+                &super::common::session(),
+                &format!(
+                    "CREATE EXTERNAL TABLE v STORED AS LANCE LOCATION '{}'; SELECT id, embedding FROM v ORDER BY id",
+                    dir.join(&out).display()
+                ),
+            ))
+            .unwrap();
+        let v: Vec<Vec<f32>> = super::common::vectors(&batches, "embedding").into_iter().map(Option::unwrap).collect();
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let got = [dot(&v[0], &v[1]), dot(&v[0], &v[2]), dot(&v[1], &v[2])];
+        for (g, want) in got.iter().zip(readme) {
+            assert!((g - want).abs() <= tolerance, "{name}: {got:?} against the README's {readme:?}");
+        }
+    }
+}
