@@ -350,8 +350,7 @@ for line in open(f"{work}/models.txt"):
 useful = {m: sum(v["run"]["useful_tokens"] for v in json.load(open(f"{work}/{m}.json"))["versions"] if v.get("run"))
           for m in walls}
 cmp = {m: json.load(open(f"{work}/cmp-{m}.json")) for m in ("int8", "fp16")}
-print("## Models: the int8 default against its float32 and float16 exports, on the CPU
-")
+print("## Models: the int8 default against its float32 and float16 exports, on the CPU\n")
 print(f"The first {n:,} documents of debian_desc_en at the default settings (only `embed.model` set), whole `pipeline run`")
 print("processes (model load included). int8 and float32 ran alternately twice and the faster of each is kept; float16")
 print("once. The exports are scripts/export-onnx's, from the PyPI sentence-transformers checkpoint.\n")
@@ -362,8 +361,8 @@ for m, label in (("int8", "int8 (default)"), ("fp32", "float32 export"), ("fp16"
     tps = useful[m] / walls[m]
     c = "1 (itself)" if m == "fp32" else f"{cmp[m]['min_cosine']:.5f}"
     print(f"| {label} | {walls[m]:.1f} | {tps:,.0f} | {tps/base:.2f}x | {c} |")
-print(f"\n**float32 / int8 = {useful['fp32']/walls['fp32']/base:.2f}x** in useful tokens/s on this CPU. ONNX Runtime's CPU")
-print("provider has few float16 kernels, so the float16 export is for GPUs; it runs on the CPU, slowly.\n")
+print(f"\n**float32 / int8 = {useful['fp32']/walls['fp32']/base:.2f}x** in useful tokens/s on this CPU. The float16 export is made for GPUs")
+print("(the int8 one does not run there); it runs on the CPU too, its vectors within the export's float16 margin.\n")
 PY
 }
 
