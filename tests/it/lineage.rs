@@ -287,3 +287,41 @@ fn the_default_models_exports_give_the_sentence_transformers_matrix() {
         }
     }
 }
+
+/// A model directory without lineage.json: the chain starts at the ONNX file, and --verify still checks the
+/// model's files and the plan's corpus.
+#[test]
+fn without_lineage_the_chain_starts_at_the_onnx_file_and_the_plan_is_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_jsonl(
+        &dir.join("docs.jsonl"),
+        &[("a", Some("one text")), ("b", Some("another text")), ("c", Some("a third"))],
+    );
+    super::common::docs_job(dir, "job.sql", "");
+    for args in [&["plan", "job.sql"][..], &["run", "-q", "job.sql"]] {
+        let o = pipeline(args, dir);
+        assert!(o.status.success(), "{:?}", text(&o));
+    }
+    let (o, report) = lineage_json(dir, &["out/docs.lance", "--verify"]);
+    assert!(o.status.success(), "{report}");
+    let links: Vec<&str> = report["chain"].as_array().unwrap().iter().map(|l| l["link"].as_str().unwrap()).collect();
+    assert_eq!(links, ["model directory", "vectors", "plan"], "{report}");
+    assert!(report["fingerprint"].get("lineage_sha256").is_none(), "{report}");
+    assert_eq!(status(&report, "model directory"), "ok", "{report}");
+    assert_eq!(status(&report, "plan"), "ok", "{report}");
+    let (out, _) = text(&pipeline(&["lineage", "out/docs.lance"], dir));
+    assert!(out.contains("has no lineage.json: the chain starts at the ONNX file"), "{out}");
+
+    // The corpus changed after it was planned and embedded: the plan's link breaks.
+    let mut docs = std::fs::read_to_string(dir.join("docs.jsonl")).unwrap();
+    docs.push_str("{\"id\": \"d\", \"text\": \"added later\"}\n");
+    std::fs::write(dir.join("docs.jsonl"), docs).unwrap();
+    let (o, report) = lineage_json(dir, &["out/docs.lance", "--verify"]);
+    assert!(!o.status.success());
+    assert_eq!(status(&report, "plan"), "BROKEN", "{report}");
+    assert_eq!(status(&report, "model directory"), "ok", "{report}");
+    // A dataset that is not there is an error that names it.
+    let o = pipeline(&["lineage", "out/none.lance"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("out/none.lance"), "{:?}", text(&o));
+}
