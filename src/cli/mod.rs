@@ -15,6 +15,7 @@ pub mod lineage;
 pub mod plan;
 pub mod probe;
 pub mod run;
+pub mod search;
 pub mod trial;
 
 use std::path::PathBuf;
@@ -192,6 +193,35 @@ pub enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    /// The dataset's nearest rows to a query, which is embedded exactly as the dataset's vectors were: with
+    /// the model directory its run records name (or --model), refused unless it gives the dataset's
+    /// fingerprint. Prints every column but the vectors, and the distance.
+    Search {
+        /// The Lance dataset: `path`, `path@version` or `path@tag`.
+        dataset: String,
+        /// The query text.
+        query: String,
+        /// How many rows.
+        #[arg(short, default_value_t = 10)]
+        k: usize,
+        /// Only rows that pass this SQL filter, e.g. "lang = 'en'" (applied before the search).
+        #[arg(long = "where", value_name = "SQL")]
+        filter: Option<String>,
+        /// The model directory, when the run records do not name it (written by an older version).
+        #[arg(long, value_name = "DIR")]
+        model: Option<PathBuf>,
+        /// The vector column.
+        #[arg(long, default_value = "embedding")]
+        column: String,
+        /// cosine, l2 or dot.
+        #[arg(long, default_value = "cosine")]
+        metric: String,
+        /// Print JSON (an array of rows).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
         /// The Lance dataset.
@@ -329,6 +359,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         Command::Embed { texts, file, model, device, runtime } => {
             runtime.apply();
             embed::embed(texts, file.as_deref(), model, device).await
+        }
+        Command::Search { dataset, query, k, filter, model, column, metric, json, runtime } => {
+            runtime.apply();
+            search::search(&search::SearchArgs { dataset, query, k, filter, model, column, metric, json }).await
         }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,

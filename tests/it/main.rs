@@ -14,5 +14,6 @@ mod plan;
 mod plan_run;
 mod probe;
 mod resume;
+mod search;
 mod sql;
 mod trial;

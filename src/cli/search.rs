@@ -1,0 +1,140 @@
+//! `pipeline search DATASET "query" [-k 10] [--where SQL] [--model DIR] [--json]`: the dataset's nearest
+//! vectors to a query, the query embedded exactly as the dataset's vectors were. The model directory comes from
+//! the run records (or `--model`), and it must give the dataset's fingerprint, every field of it: a query
+//! embedded with another model, tokenizer, prefix, pooling or truncation is refused, not searched.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use datafusion::arrow::array::{Array, Float32Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use lance_linalg::distance::MetricType;
+
+use crate::campaign::Fingerprint;
+use crate::lance::inspect::run_record;
+use crate::lance::open_dataset;
+use crate::lance::sink::fingerprint_of_dataset;
+use crate::model::TextEmbedder;
+use crate::options::EmbedOptions;
+
+/// What to search and how.
+pub struct SearchArgs {
+    pub dataset: String,
+    pub query: String,
+    pub k: usize,
+    pub filter: Option<String>,
+    pub model: Option<PathBuf>,
+    pub column: String,
+    pub metric: String,
+    pub json: bool,
+}
+
+/// The options that reproduce `fp` with the model in `dir`.
+fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
+    let mut options = EmbedOptions::default().with_model(dir.display().to_string());
+    options.max_tokens = fp.max_tokens;
+    options.truncation = fp.truncation.clone();
+    options.pooling = fp.pooling.clone();
+    options.normalize = fp.normalize.to_string();
+    options.prefix = fp.prefix.clone();
+    options
+}
+
+/// Search and print the nearest rows, nearest first, with their distance (`_distance`).
+pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
+    let batch = nearest(args).await?;
+    if args.json {
+        let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
+        writer.write(&batch)?;
+        writer.finish()?;
+        let rows = writer.into_inner();
+        println!("{}", if rows.is_empty() { "[]".into() } else { String::from_utf8(rows)? });
+    } else {
+        println!("{}", datafusion::arrow::util::pretty::pretty_format_batches(&[batch])?);
+    }
+    Ok(())
+}
+
+/// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
+pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
+    let metric = match args.metric.as_str() {
+        "cosine" => MetricType::Cosine,
+        "l2" => MetricType::L2,
+        "dot" => MetricType::Dot,
+        other => bail!("--metric {other}: use cosine, l2 or dot"),
+    };
+    if args.k == 0 {
+        bail!("-k must be at least 1");
+    }
+    let ds = open_dataset(&args.dataset).await?;
+    let field = ds.schema().field(&args.column).ok_or_else(|| {
+        anyhow!("{}: no column `{}` (choose the vector column with --column)", args.dataset, args.column)
+    })?;
+    if !matches!(field.data_type(), DataType::FixedSizeList(_, _)) {
+        bail!("{}: column `{}` holds no vectors ({})", args.dataset, args.column, field.data_type());
+    }
+    let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
+        anyhow!(
+            "{}: the dataset holds no fingerprint (it was not written by embed()), so there is no telling which model \
+             made its vectors; search needs that model",
+            args.dataset
+        )
+    })?;
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => {
+            let mut found = None;
+            for v in (1..=ds.version().version).rev() {
+                if let Some(dir) = run_record(&ds, v).await?.and_then(|r| r.model_dir) {
+                    found = Some(PathBuf::from(dir));
+                    break;
+                }
+            }
+            found.ok_or_else(|| {
+                anyhow!(
+                    "{}: its run records do not say where the model is (written by an older version); give the \
+                     model directory with --model",
+                    args.dataset
+                )
+            })?
+        }
+    };
+    let options = options_for(&fp, &dir);
+    let (settings, now) =
+        Fingerprint::for_options(&options).with_context(|| format!("the model that made {}", args.dataset))?;
+    let differences = fp.differences(&now);
+    if !differences.is_empty() {
+        let lines: Vec<String> =
+            differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
+        bail!(
+            "refusing to search {}: the model directory {} does not make its vectors, so a query embedded with it \
+             would not be comparable:\n{}\nGive the model that made them with --model.",
+            args.dataset,
+            dir.display(),
+            lines.join("\n")
+        );
+    }
+    let embedder = options.embedder()?;
+    let query = args.query.clone();
+    let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
+    let q = Float32Array::from(vector.vectors);
+
+    let mut columns: Vec<String> = ds
+        .schema()
+        .fields
+        .iter()
+        .filter(|f| f.name != args.column && !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
+        .map(|f| f.name.clone())
+        .collect();
+    // Named, not left to Lance to add (which it warns is going away).
+    columns.push("_distance".into());
+    let mut scan = ds.scan();
+    scan.project(&columns)?;
+    scan.nearest(&args.column, &q as &dyn Array, args.k)?;
+    scan.distance_metric(metric);
+    if let Some(filter) = &args.filter {
+        scan.prefilter(true);
+        scan.filter(filter).with_context(|| format!("--where {filter}"))?;
+    }
+    Ok(scan.try_into_batch().await?)
+}

@@ -1,0 +1,101 @@
+//! `pipeline search`: the query embedded with the dataset's own model (found through its run records), the
+//! nearest rows exactly those a brute-force cosine over the stored vectors gives, and a model that does not make
+//! the dataset's vectors refused.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::cli::{pipeline, text};
+use super::common::{docs_job, write_jsonl};
+
+fn search(dir: &Path, args: &[&str]) -> (std::process::Output, Value) {
+    let mut all = vec!["search", "--json"];
+    all.extend_from_slice(args);
+    let o = pipeline(&all, dir);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o, v)
+}
+
+#[test]
+fn search_finds_what_a_brute_force_cosine_finds_and_refuses_another_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let texts = [
+        ("dog1", "My dog started talking to me this morning and asked for breakfast."),
+        ("dog2", "A talking dog walks into a bar and orders a drink."),
+        ("cat1", "The cat sleeps on the sofa all afternoon."),
+        ("tax1", "Quarterly tax filings are due at the end of the month."),
+        ("sql1", "SELECT id FROM docs WHERE length(text) > 10;"),
+        ("sea1", "Waves broke on the rocks under a grey sky."),
+        ("car1", "He drove to the stadium in an old red car."),
+        ("bird", "A parrot repeated every word the sailor said."),
+    ];
+    let docs: Vec<(&str, Option<&str>)> = texts.iter().map(|(i, t)| (*i, Some(*t))).collect();
+    write_jsonl(&dir.join("docs.jsonl"), &docs);
+    docs_job(dir, "job.sql", "");
+    let o = pipeline(&["run", "-q", "job.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let (o, rows) = search(dir, &["out/docs.lance", "a dog that can talk", "-k", "3"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(!text(&o).1.contains("WARN"), "{}", text(&o).1);
+    let rows = rows.as_array().unwrap().clone();
+    assert_eq!(rows.len(), 3);
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert!(ids[..2].contains(&"dog1") && ids[..2].contains(&"dog2"), "{ids:?}");
+    assert!(rows[0].get("embedding").is_none(), "vectors are not printed: {rows:?}");
+
+    // The same query through `pipeline embed`, and a cosine distance against every stored vector.
+    let model = super::common::model_dir().display().to_string();
+    let o = pipeline(&["embed", "--model", &model, "a dog that can talk"], dir);
+    let q: Vec<f32> =
+        serde_json::from_value(serde_json::from_slice::<Value>(&o.stdout).unwrap()["vector"].clone()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let batches = rt
+        .block_on(super::common::sql(
+            &super::common::session(),
+            &format!(
+                "CREATE EXTERNAL TABLE v STORED AS LANCE LOCATION '{}'; SELECT id, embedding FROM v",
+                dir.join("out/docs.lance").display()
+            ),
+        ))
+        .unwrap();
+    let all_ids = super::common::strings(&batches, "id");
+    let vectors = super::common::vectors(&batches, "embedding");
+    let mut brute: Vec<(f64, &str)> = all_ids
+        .iter()
+        .zip(&vectors)
+        .map(|(id, v)| {
+            let v = v.as_ref().unwrap();
+            let dot: f64 = v.iter().zip(&q).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let norms = (v.iter().map(|a| (*a as f64).powi(2)).sum::<f64>()
+                * q.iter().map(|a| (*a as f64).powi(2)).sum::<f64>())
+            .sqrt();
+            (1.0 - dot / norms, id.as_str())
+        })
+        .collect();
+    brute.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (row, (distance, id)) in rows.iter().zip(&brute) {
+        assert_eq!(row["id"].as_str().unwrap(), *id, "{rows:?} against {brute:?}");
+        assert!((row["_distance"].as_f64().unwrap() - distance).abs() < 1e-5, "{rows:?} against {brute:?}");
+    }
+
+    // A filter applies before the search.
+    let (o, rows) = search(dir, &["out/docs.lance", "a dog that can talk", "-k", "2", "--where", "id <> 'dog1'"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let ids: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(!ids.contains(&"dog1") && ids[0] == "dog2", "{ids:?}");
+
+    // Another model cannot embed the query: refused, naming what differs.
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2-fp32").display().to_string();
+    let (o, _) = search(dir, &["out/docs.lance", "a dog", "--model", &other]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("refusing to search") && err.contains("model_sha256"), "{err}");
+    // Bad arguments and datasets without vectors say so.
+    let (o, _) = search(dir, &["out/docs.lance", "a dog", "--metric", "hamming"]);
+    assert!(!o.status.success() && text(&o).1.contains("--metric hamming"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["out/docs.lance", "a dog", "--column", "text"]);
+    assert!(!o.status.success() && text(&o).1.contains("no column `text`"), "{:?}", text(&o));
+}
