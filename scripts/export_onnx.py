@@ -127,7 +127,11 @@ def lance_version(root, wanted):
         tag = root / "_refs" / "tags" / f"{wanted}.json"
         if not tag.is_file():
             fail(f"{root}: no version or tag '{wanted}' (tags are in _refs/tags/)")
-        version = json.loads(tag.read_text())["version"]
+        tag_record = json.loads(tag.read_text())
+        if tag_record.get("branch"):
+            fail(f"{root}: tag '{wanted}' marks a version of branch '{tag_record['branch']}'; give that version's "
+                 "number on the main branch, or a tag of the main branch")
+        version = tag_record["version"]
     if version not in found:
         fail(f"{root}: version {version} not found (versions: {sorted(found)[:5]}…{sorted(found)[-1]})")
     return version, found[version]
@@ -259,11 +263,20 @@ def export(args):
         say(f"exported {args.dtype} ONNX in {export_seconds:.1f} s")
 
         texts = FIXED_TEXTS + (read_texts(args.check_texts) if args.check_texts else [])
-        reference = model.encode(texts, batch_size=32, convert_to_numpy=True)
+        # No prompt on either side: the pipeline puts none before a text unless `SET embed.prefix` says so.
+        reference = model.encode(texts, prompt="", batch_size=32, convert_to_numpy=True)
+        prompts = getattr(model, "prompts", None) or {}
+        default_prompt = prompts.get(getattr(model, "default_prompt_name", None) or "", "")
+        if default_prompt:
+            say(f"the checkpoint's default prompt {default_prompt!r} is not applied by the pipeline: "
+                f"SET embed.prefix = {default_prompt!r} in jobs that should use it")
         texts_file = tmp / "texts.jsonl"
         texts_file.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
-        run = subprocess.run([args.pipeline, "embed", "--model", str(staging), "--file", str(texts_file)],
-                             capture_output=True, text=True)
+        try:
+            run = subprocess.run([args.pipeline, "embed", "--model", str(staging), "--file", str(texts_file)],
+                                 capture_output=True, text=True)
+        except OSError as e:
+            fail(f"cannot run pipeline ({args.pipeline}): {e}")
         if run.returncode != 0:
             fail(f"pipeline embed failed on the export:\n{run.stderr.strip()}")
         ours = np.array([json.loads(line)["vector"] for line in run.stdout.splitlines()], dtype=np.float64)

@@ -252,7 +252,7 @@ impl EmbedOptions {
     /// Whether the model is the GPU's default ([`DEFAULT_GPU_MODEL`]): `embed.model` left at its default
     /// and a CUDA device.
     pub fn uses_gpu_default(&self) -> bool {
-        self.model == DEFAULT_MODEL && self.device.trim().starts_with("cuda")
+        self.model == DEFAULT_MODEL && matches!(Device::parse(&self.device), Some(Device::Cuda(_)))
     }
 
     /// These options with another model directory.
@@ -346,6 +346,7 @@ mod tests {
     fn a_gpu_takes_the_float16_default_unless_a_model_is_set() {
         let cuda = EmbedOptions { device: "cuda:1".into(), ..Default::default() };
         assert!(cuda.uses_gpu_default());
+        assert!(EmbedOptions { device: "CUDA".into(), ..Default::default() }.uses_gpu_default());
         assert!(cuda.model_dir().ends_with(DEFAULT_GPU_MODEL), "{}", cuda.model_dir().display());
         let cpu = EmbedOptions::default();
         assert!(!cpu.uses_gpu_default() && cpu.model_dir().ends_with(DEFAULT_MODEL));

@@ -50,8 +50,9 @@ pub struct Fingerprint {
     pub dtype: String,
     /// Vector length.
     pub dim: usize,
-    /// sha256 of the model directory's `lineage.json` (scripts/export-onnx), when it has one: what made
-    /// the model, from its training data on (see [`super::lineage`]). Absent from the JSON otherwise.
+    /// The digest of the model directory's `lineage.json` (scripts/export-onnx), when it has one: what made
+    /// the model, from its training data on, without when or where it was exported (see
+    /// [`super::lineage::digest`]). Absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lineage_sha256: String,
 }

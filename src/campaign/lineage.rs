@@ -2,7 +2,8 @@
 //! OpenLineage-shaped run event: the base model, the checkpoint and its adaptation, the training data, the
 //! exporter and its verification, the ONNX file), and how a dataset's vectors hang from it.
 //!
-//! A model directory with `lineage.json` puts the file's sha256 in the fingerprint (`lineage_sha256`), and
+//! A model directory with `lineage.json` puts the digest of its identity in the fingerprint (`lineage_sha256`:
+//! see [`digest`]), and
 //! each write's run record carries the model directory and the whole record, so that `pipeline lineage` can
 //! print the chain (training data → checkpoint → ONNX export → vectors) and check each link later.
 
@@ -13,17 +14,81 @@ use std::sync::{Mutex, OnceLock};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fingerprint::sha256_file;
 use crate::error::{Error, Result};
 
 /// The lineage file in a model directory.
 pub const LINEAGE_FILE: &str = "lineage.json";
 
-/// A model directory's lineage record, and the sha256 of its file (which the fingerprint keeps).
+/// A model directory's lineage record, and its [`digest`] (which the fingerprint keeps).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lineage {
     pub sha256: String,
     pub record: Value,
+}
+
+/// What makes two lineage records the same lineage: the hashes and versions that decide the model, and not
+/// when or where the export ran. Kept: each input's hashes and versions (the base model's name and revision,
+/// the checkpoint's adaptation, weights and training config, the training data's kind, version, tag, manifest
+/// or file hashes, and a remote URI), the exporter's versions, opset and dtype, and the ONNX file's sha256.
+/// Left out: the event time, the run id, timings, verification figures (which move in the last digits from
+/// one CPU to another) and local paths. So the same checkpoint exported again, on this machine or another,
+/// is the same campaign, and any change to what made the model is another.
+pub fn identity(record: &Value) -> Value {
+    const VOLATILE: [&str; 4] = ["_producer", "_schemaURL", "directory", "seconds"];
+    let strip = |facet: &Value, also: &[&str]| -> Value {
+        match facet.as_object() {
+            Some(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, _)| !VOLATILE.contains(&k.as_str()) && !also.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            None => Value::Null,
+        }
+    };
+    let mut inputs: Vec<Value> = record
+        .get("inputs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            let namespace = text(d.get("namespace"));
+            // Local paths (a checkpoint's folder, local training data) differ between machines; names of
+            // models and remote URIs do not.
+            let name = if namespace == "file" || namespace == "lance" { String::new() } else { text(d.get("name")) };
+            let mut facets = serde_json::Map::new();
+            if let Some(f) = facet(d, "embeddingPipeline_model") {
+                facets.insert("model".into(), strip(f, &[]));
+            }
+            if let Some(f) = facet(d, "embeddingPipeline_trainingData") {
+                let local = text(f.get("kind")) != "remote";
+                facets.insert("training_data".into(), strip(f, if local { &["uri"] } else { &[] }));
+            }
+            serde_json::json!({"namespace": namespace, "name": name, "facets": facets})
+        })
+        .collect();
+    inputs.sort_by_key(|v| v.to_string());
+    let exporter = record.get("run").and_then(|r| r.get("facets")).and_then(|f| f.get("embeddingPipeline_exporter"));
+    serde_json::json!({
+        "inputs": inputs,
+        "exporter": exporter.map(|e| strip(e, &[])).unwrap_or(Value::Null),
+        "onnx_sha256": onnx_sha256(record),
+    })
+}
+
+/// sha256 of [`identity`], in a canonical form (object keys sorted at every level).
+pub fn digest(record: &Value) -> String {
+    fn canonical(v: &Value) -> Value {
+        match v {
+            Value::Object(map) => {
+                let sorted: BTreeMap<&String, Value> = map.iter().map(|(k, v)| (k, canonical(v))).collect();
+                Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    super::plan::hex_sha256(canonical(&identity(record)).to_string().as_bytes())
 }
 
 /// The lineage of the model directory `dir`, or None when it has no `lineage.json`. A file that is not
@@ -37,7 +102,7 @@ pub fn read(dir: &Path) -> Result<Option<Lineage>> {
     let bytes = std::fs::read(&path).map_err(|e| bad(format!("cannot read: {e}")))?;
     let record: Value = serde_json::from_slice(&bytes)
         .map_err(|e| bad(format!("not JSON ({e}); write it again with scripts/export-onnx, or remove it")))?;
-    Ok(Some(Lineage { sha256: sha256_file(&path)?, record }))
+    Ok(Some(Lineage { sha256: digest(&record), record }))
 }
 
 /// Where a fingerprinted model directory is, and its lineage: what a run record keeps about its model.
@@ -298,12 +363,38 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_ignores_when_and_where_and_follows_what() {
+        let a = record();
+        let mut b = record();
+        b["eventTime"] = "2027-01-01T00:00:00+00:00".into();
+        b["run"]["runId"] = "another".into();
+        b["run"]["facets"]["embeddingPipeline_verification"]["min_cosine"] = 0.99999882.into();
+        b["inputs"][1]["name"] = "/elsewhere/ckpt".into();
+        b["inputs"][2]["name"] = "/elsewhere/train.lance".into();
+        b["inputs"][2]["facets"]["embeddingPipeline_trainingData"]["uri"] = "/elsewhere/train.lance".into();
+        assert_eq!(digest(&a), digest(&b), "{} against {}", identity(&a), identity(&b));
+        for change in [
+            |r: &mut Value| r["outputs"][0]["facets"]["embeddingPipeline_onnx"]["sha256"] = "45".into(),
+            |r: &mut Value| {
+                r["inputs"][1]["facets"]["embeddingPipeline_model"]["weights_sha256"]["model.safetensors"] = "12".into()
+            },
+            |r: &mut Value| r["inputs"][2]["facets"]["embeddingPipeline_trainingData"]["version"] = 3.into(),
+            |r: &mut Value| r["inputs"][0]["facets"]["embeddingPipeline_model"]["revision"] = "def".into(),
+            |r: &mut Value| r["run"]["facets"]["embeddingPipeline_exporter"]["torch"] = "2.16.0".into(),
+        ] {
+            let mut c = record();
+            change(&mut c);
+            assert_ne!(digest(&a), digest(&c), "{}", identity(&c));
+        }
+    }
+
+    #[test]
     fn reads_a_directory_with_and_without_lineage() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read(dir.path()).unwrap(), None);
         std::fs::write(dir.path().join(LINEAGE_FILE), "{\"inputs\": []}").unwrap();
         let l = read(dir.path()).unwrap().unwrap();
-        assert_eq!(l.sha256, sha256_file(&dir.path().join(LINEAGE_FILE)).unwrap());
+        assert_eq!(l.sha256, digest(&serde_json::json!({"inputs": []})));
         std::fs::write(dir.path().join(LINEAGE_FILE), "{not json").unwrap();
         let e = read(dir.path()).unwrap_err().to_string();
         assert!(e.contains(LINEAGE_FILE) && e.contains("not JSON"), "{e}");

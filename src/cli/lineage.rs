@@ -77,7 +77,7 @@ pub async fn report(location: &str, verify: bool) -> anyhow::Result<LineageRepor
     // The newest run record at or before this version: a version made by something else (a compaction,
     // a tag) keeps the vectors of the runs before it.
     let mut run: Option<(u64, RunRecord)> = None;
-    for v in (1..=version).rev() {
+    for v in existing_versions(&ds, version).await? {
         if let Some(r) = run_record(&ds, v).await? {
             run = Some((v, r));
             break;
@@ -96,7 +96,7 @@ pub async fn report(location: &str, verify: bool) -> anyhow::Result<LineageRepor
         link.sha256.insert("onnx".into(), fp.model_sha256.clone());
         link.sha256.insert("tokenizer.json".into(), fp.tokenizer_sha256.clone());
         if !fp.lineage_sha256.is_empty() {
-            link.sha256.insert(LINEAGE_FILE.into(), fp.lineage_sha256.clone());
+            link.sha256.insert(format!("{LINEAGE_FILE} (identity)"), fp.lineage_sha256.clone());
         }
         chain.push(link);
     }
@@ -125,6 +125,14 @@ pub async fn report(location: &str, verify: bool) -> anyhow::Result<LineageRepor
         chain,
         checks,
     })
+}
+
+/// The versions of `ds` still there, up to `version`, newest first (a cleanup removes older ones).
+pub async fn existing_versions(ds: &lance::Dataset, version: u64) -> anyhow::Result<Vec<u64>> {
+    let mut versions: Vec<u64> =
+        ds.versions().await?.into_iter().map(|v| v.version).filter(|v| *v <= version).collect();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(versions)
 }
 
 /// Re-check every link that can be reached.
@@ -194,9 +202,13 @@ fn check_model_dir(fp: &Fingerprint, model_dir: Option<&str>) -> Check {
     match (fp.lineage_sha256.is_empty(), lineage_path.is_file()) {
         (true, true) => wrong.push(format!("{LINEAGE_FILE} was added after the vectors were made")),
         (false, false) => wrong.push(format!("{LINEAGE_FILE} is gone")),
-        (false, true) => match sha256_file(&lineage_path) {
-            Ok(h) if h == fp.lineage_sha256 => {}
-            Ok(h) => wrong.push(format!("{LINEAGE_FILE} hashes {h}, the vectors were made with {}", fp.lineage_sha256)),
+        (false, true) => match lineage::read(&dir) {
+            Ok(Some(l)) if l.sha256 == fp.lineage_sha256 => {}
+            Ok(Some(l)) => wrong.push(format!(
+                "{LINEAGE_FILE} now describes another lineage (digest {}, the vectors were made with {})",
+                l.sha256, fp.lineage_sha256
+            )),
+            Ok(None) => wrong.push(format!("{LINEAGE_FILE} is gone")),
             Err(e) => wrong.push(e.to_string()),
         },
         (true, false) => {}
@@ -241,6 +253,9 @@ async fn check_training_data(data: &lineage::TrainingData) -> Check {
             let Some(version) = data.version else {
                 return Check::unchecked(LINK, format!("{}: no version recorded", data.uri));
             };
+            if !data.uri.contains("://") && !Path::new(&data.uri).exists() {
+                return Check::unchecked(LINK, format!("{} cannot be reached from here", data.uri));
+            }
             let ds = match open_dataset(&format!("{}@{version}", data.uri)).await {
                 Ok(ds) => ds,
                 Err(e) => {
@@ -269,8 +284,12 @@ async fn check_training_data(data: &lineage::TrainingData) -> Check {
         }
         "files" => {
             let root = Path::new(&data.uri);
-            // A single file is recorded by its own name, relative to its folder.
-            let dir = if root.is_file() { root.parent().unwrap_or(root) } else { root };
+            // A single file is recorded by its own name, relative to its folder (which must then be there:
+            // a file gone from it is a broken link, a folder not on this machine an unchecked one).
+            let single = root
+                .file_name()
+                .is_some_and(|n| data.files.len() == 1 && data.files.contains_key(&*n.to_string_lossy()));
+            let dir = if single { root.parent().unwrap_or(root) } else { root };
             check_files(LINK, Some(dir), &data.files)
         }
         _ => Check::unchecked(LINK, format!("{}: remote, recorded as given", data.uri)),

@@ -84,7 +84,7 @@ pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
         Some(dir) => dir.clone(),
         None => {
             let mut found = None;
-            for v in (1..=ds.version().version).rev() {
+            for v in super::lineage::existing_versions(&ds, ds.version().version).await? {
                 if let Some(dir) = run_record(&ds, v).await?.and_then(|r| r.model_dir) {
                     found = Some(PathBuf::from(dir));
                     break;

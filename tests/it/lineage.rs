@@ -137,6 +137,28 @@ fn export_verify_embed_and_prove_the_chain_then_break_each_link() {
     assert!(o.status.success(), "{:?}", text(&o));
     let o = run_job(dir, "mix.sql", &dir.join("m16"), "out/v32.lance", &[]);
     assert!(!o.status.success() && text(&o).1.contains("fingerprint"), "{:?}", text(&o));
+    // The same checkpoint exported again (another time, another folder: what scripts/setup does on each
+    // machine) is the same lineage, so the campaign goes on with it.
+    let o = export(
+        &[
+            "ckpt",
+            "m32-again",
+            "--train-data",
+            "train.lance@1",
+            "--base",
+            "test/tiny-bert@seed0",
+            "--check-texts",
+            "check.jsonl",
+        ],
+        dir,
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_ne!(
+        std::fs::read(dir.join("m32/lineage.json")).unwrap(),
+        std::fs::read(dir.join("m32-again/lineage.json")).unwrap()
+    );
+    let o = run_job(dir, "again.sql", &dir.join("m32-again"), "out/v32.lance", &[]);
+    assert!(o.status.success(), "the same lineage exported twice must be one campaign: {:?}", text(&o));
 
     for (data, dtype) in [("out/v32.lance", "float32"), ("out/v16.lance", "float16")] {
         let (o, report) = lineage_json(dir, &[data, "--verify"]);
@@ -224,6 +246,16 @@ fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
     );
     assert!(!dir.join("out").exists());
     std::fs::write(ckpt.join("modules.json"), modules).unwrap();
+
+    // A default prompt is not what the pipeline applies: the export verifies without it and says so.
+    let config = ckpt.join("config_sentence_transformers.json");
+    let mut c: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    c["prompts"] = serde_json::json!({"query": "query: ", "document": ""});
+    c["default_prompt_name"] = "query".into();
+    std::fs::write(&config, c.to_string()).unwrap();
+    let o = export(&["ckpt", "prompted"], dir);
+    let (_, err) = text(&o);
+    assert!(o.status.success() && err.contains("SET embed.prefix = 'query: '"), "{err}");
 
     // An OUT that holds something is not overwritten.
     std::fs::create_dir(dir.join("taken")).unwrap();
