@@ -24,6 +24,7 @@ pub mod plan;
 pub mod script;
 pub mod session;
 pub mod sources;
+pub mod stores;
 pub mod udf;
 
 pub use error::{Error, Result};

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::error::Result;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -13,6 +14,7 @@ use crate::metrics::RunMetrics;
 use crate::options::{EmbedConfig, EmbedOptions};
 use crate::plan::EmbedWriteRule;
 use crate::sources::JsonTableFactory;
+use crate::stores::StoreRegistry;
 use crate::udf::embed_udfs;
 
 /// A SQL session for embedding campaigns, and what it has done so far.
@@ -33,8 +35,11 @@ impl EmbedSession {
         options.check_all()?;
         let metrics = Arc::new(RunMetrics::default());
         let config = SessionConfig::new().with_option_extension(EmbedConfig(options.clone()));
+        let runtime =
+            RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
         let mut state = SessionStateBuilder::new()
             .with_config(config)
+            .with_runtime_env(Arc::new(runtime))
             .with_default_features()
             .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(&metrics))))
             .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))

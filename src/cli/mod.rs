@@ -219,6 +219,13 @@ pub enum Command {
         /// Print JSON (an array of rows).
         #[arg(long)]
         json: bool,
+        /// A source file (JSON lines, Parquet, CSV, Arrow, or a Lance dataset; local or s3://) whose rows are
+        /// joined to the hits by id, to show their text.
+        #[arg(long, value_name = "SOURCE")]
+        join: Option<String>,
+        /// The id column the join matches on.
+        #[arg(long = "id", value_name = "COLUMN", default_value = "id")]
+        id_column: String,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -360,9 +367,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             embed::embed(texts, file.as_deref(), model, device).await
         }
-        Command::Search { dataset, query, k, filter, model, column, metric, json, runtime } => {
+        Command::Search { dataset, query, k, filter, model, column, metric, json, join, id_column, runtime } => {
             runtime.apply();
-            search::search(&search::SearchArgs { dataset, query, k, filter, model, column, metric, json }).await
+            let args = search::SearchArgs { dataset, query, k, filter, model, column, metric, json, join, id_column };
+            search::search(&args).await
         }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
@@ -476,11 +484,10 @@ pub fn plain(text: &str) -> String {
     if let Some(at) = out.find("No suitable object store found for ") {
         let rest = &out[at + "No suitable object store found for ".len()..];
         let url = rest.split(|c: char| c.is_whitespace()).next().unwrap_or_default().trim_end_matches('.');
-        out = format!(
-            "{url}: this version reads local files only (object stores such as s3:// are not supported yet); \
-             copy the data to a local or mounted path"
-        );
+        out = format!("{url}: this build reads local paths and s3:// only; copy the data to one of them");
     }
+    out = out.replace("LanceError(IO): ", "");
+    out = s3_reply(&out);
     if let Some(at) = out.find("This issue was likely caused by a bug in DataFusion") {
         out.truncate(at);
     }
@@ -501,9 +508,46 @@ pub fn plain(text: &str) -> String {
     out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
 }
 
+/// An S3 server's XML error reply (and the request that drew it) cut down to its code and message:
+/// `… Generic S3 error: Error performing list request: … <Error><Code>NoSuchBucket</Code><Message>The specified
+/// bucket does not exist</Message>…</Error>` becomes `S3: NoSuchBucket: The specified bucket does not exist`.
+fn s3_reply(text: &str) -> String {
+    let between = |s: &str, open: &str, close: &str| -> Option<(usize, String)> {
+        let start = s.find(open)? + open.len();
+        let len = s[start..].find(close)?;
+        Some((start, s[start..start + len].to_string()))
+    };
+    let (Some((_, code)), Some((_, message))) =
+        (between(text, "<Code>", "</Code>"), between(text, "<Message>", "</Message>"))
+    else {
+        return text.to_string();
+    };
+    let Some(end) = text.find("</Error>").map(|i| i + "</Error>".len()) else { return text.to_string() };
+    let start = ["Object Store error: ", "Generic S3 error: "]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min()
+        .or_else(|| text.find("<?xml"))
+        .unwrap_or(end);
+    format!("{}S3: {code}: {message}{}", &text[..start.min(end)], &text[end..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::plain;
+
+    #[test]
+    fn s3_replies_are_cut_to_their_code_and_message() {
+        let e = "job.sql: statement 2 failed: Object Store error: Generic S3 error: Error performing list request: \
+                 Error performing GET http://127.0.0.1:1/nosuchbucket?list-type=2 in 11ms - Server returned non-2xx \
+                 status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?>\n<Error><Code>NoSuchBucket\
+                 </Code><Message>The specified bucket does not exist</Message><BucketName>nosuchbucket</BucketName>\
+                 <RequestId>x</RequestId></Error>\n  CREATE EXTERNAL TABLE docs";
+        assert_eq!(
+            plain(e),
+            "job.sql: statement 2 failed: S3: NoSuchBucket: The specified bucket does not exist\n  CREATE EXTERNAL TABLE docs"
+        );
+    }
 
     #[test]
     fn library_source_locations_and_wrappers_are_dropped() {
@@ -517,11 +561,11 @@ mod tests {
         );
         let two = "Not found: d/_versions, /root/.cargo/registry/a/commit.rs:653:26, /root/.cargo/registry/b.rs:921:29";
         assert_eq!(plain(two), "Not found: d/_versions");
-        let internal = "Internal error: No suitable object store found for s3://bucket/x.jsonl. See \
+        let internal = "Internal error: No suitable object store found for gs://bucket/x.jsonl. See \
                         `RuntimeEnv::register_object_store`.\nThis issue was likely caused by a bug in DataFusion's \
                         code. Please help us";
         let p = plain(internal);
-        assert!(p.starts_with("s3://bucket/x.jsonl: this version reads local files only"), "{p}");
+        assert!(p.starts_with("gs://bucket/x.jsonl: this build reads local paths and s3:// only"), "{p}");
         assert!(!p.contains("bug"), "{p}");
         assert_eq!(plain("nothing to change"), "nothing to change");
     }

@@ -55,6 +55,14 @@ pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Resul
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
+        if !crate::stores::is_local(&target.uri) {
+            let e = anyhow::anyhow!(
+                "plans are kept beside a local output, and {} is not one; plan with a local output path, or run \
+                 without a plan",
+                target.uri
+            );
+            return Err(writes.fail(stmt, &e));
+        }
         let dir = plan_dir(&target.uri);
         let made = make_plan(&session, &plan, &target, size, &dir).await.map_err(|e| writes.fail(stmt, &e))?;
         plans.push(made);
@@ -120,7 +128,7 @@ impl<'a> JobWrites<'a> {
             let plan =
                 ctx.state().create_logical_plan(&stmt.positioned_sql()).await.map_err(|e| self.fail(stmt, &e))?;
             if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan {
-                if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)) {
+                if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)).await {
                     // An output the job reads back after writing it: it does not exist before the run.
                     continue;
                 }

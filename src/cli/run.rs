@@ -321,7 +321,7 @@ async fn prepare_write(
         }
     };
     let (mut done, mut done_tokens) = (0, 0);
-    if !options.restart && dataset_exists(&target.uri) {
+    if !options.restart && dataset_exists(&target.uri).await {
         let ds = crate::lance::open_dataset(&target.uri).await?;
         // Refused here, before the resume count, which would read as if the run were going on.
         let new = fingerprint_of_columns(target.input.schema().as_arrow())?;

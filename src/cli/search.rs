@@ -1,7 +1,8 @@
-//! `pipeline search DATASET "query" [-k 10] [--where SQL] [--model DIR] [--json]`: the dataset's nearest
+//! `pipeline search DATASET "query" [-k 10] [--where SQL] [--model DIR] [--json] [--join SOURCE]`: the dataset's nearest
 //! vectors to a query, the query embedded exactly as the dataset's vectors were. The model directory comes from
 //! the run records (or `--model`), and it must give the dataset's fingerprint, every field of it: a query
 //! embedded with another model, tokenizer, prefix, pooling or truncation is refused, not searched.
+//! `--join SOURCE` adds the source's columns (the text) to each hit, matched by id.
 
 use std::path::PathBuf;
 
@@ -27,6 +28,8 @@ pub struct SearchArgs {
     pub column: String,
     pub metric: String,
     pub json: bool,
+    pub join: Option<String>,
+    pub id_column: String,
 }
 
 /// The options that reproduce `fp` with the model in `dir`.
@@ -42,7 +45,10 @@ fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
 
 /// Search and print the nearest rows, nearest first, with their distance (`_distance`).
 pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
-    let batch = nearest(args).await?;
+    let mut batch = nearest(args).await?;
+    if let Some(source) = &args.join {
+        batch = join_source(batch, source, &args.id_column).await?;
+    }
     if args.json {
         let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
         writer.write(&batch)?;
@@ -53,6 +59,78 @@ pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
         println!("{}", datafusion::arrow::util::pretty::pretty_format_batches(&[batch])?);
     }
     Ok(())
+}
+
+/// The file format of a source, by its name's ending.
+fn source_format(source: &str) -> anyhow::Result<&'static str> {
+    let name = source.trim_end_matches('/').to_ascii_lowercase();
+    let formats = [
+        (".jsonl", "JSON"),
+        (".ndjson", "JSON"),
+        (".json", "JSON"),
+        (".parquet", "PARQUET"),
+        (".csv", "CSV"),
+        (".arrow", "ARROW"),
+        (".lance", "LANCE"),
+    ];
+    formats.iter().find(|(end, _)| name.ends_with(end)).map(|(_, f)| *f).ok_or_else(|| {
+        anyhow!("--join {source}: name a .jsonl, .json, .ndjson, .parquet, .csv, .arrow or .lance source")
+    })
+}
+
+/// The hits with the source's other columns beside them, matched on `id`, nearest first. Hits whose id the
+/// source lacks keep empty columns; ids the source holds twice are refused.
+async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Result<RecordBatch> {
+    use datafusion::datasource::MemTable;
+    let format = source_format(source)?;
+    if hits.schema().column_with_name(id).is_none() {
+        bail!("--join: the dataset has no id column `{id}` to join on (name it with --id)");
+    }
+    let session = crate::session::EmbedSession::new()?;
+    let ctx = session.context();
+    let header = if format == "CSV" { " OPTIONS ('format.has_header' 'true')" } else { "" };
+    let location = source.replace('\'', "''");
+    ctx.sql(&format!("CREATE EXTERNAL TABLE source STORED AS {format} LOCATION '{location}'{header}"))
+        .await
+        .with_context(|| format!("--join {source}"))?;
+    let source_schema = ctx.table("source").await?.schema().as_arrow().clone();
+    if source_schema.column_with_name(id).is_none() {
+        bail!("--join {source}: no id column `{id}` (name it with --id)");
+    }
+    let quoted = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
+    let extra: Vec<String> = source_schema
+        .fields()
+        .iter()
+        .filter(|f| hits.schema().column_with_name(f.name()).is_none())
+        .filter(|f| !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
+        .map(|f| format!("s.{}", quoted(f.name())))
+        .collect();
+    ctx.register_table("hits", std::sync::Arc::new(MemTable::try_new(hits.schema(), vec![vec![hits.clone()]])?))?;
+    let twice = ctx
+        .sql(&format!(
+            "SELECT s.{i} FROM source s JOIN hits h ON s.{i} = h.{i} GROUP BY s.{i} HAVING count(*) > 1 LIMIT 1",
+            i = quoted(id)
+        ))
+        .await?
+        .collect()
+        .await?;
+    if let Some(b) = twice.iter().find(|b| b.num_rows() > 0) {
+        let shown = datafusion::arrow::util::display::array_value_to_string(b.column(0), 0)?;
+        bail!(
+            "--join {source}: id {shown} is there more than once, so its hit has no one text; join a source keyed by `{id}`"
+        );
+    }
+    let select = std::iter::once("h.*".to_string()).chain(extra).collect::<Vec<_>>().join(", ");
+    let batches = ctx
+        .sql(&format!(
+            "SELECT {select} FROM hits h LEFT JOIN source s ON h.{i} = s.{i} ORDER BY h._distance",
+            i = quoted(id)
+        ))
+        .await?
+        .collect()
+        .await?;
+    let schema = batches.first().map(|b| b.schema()).unwrap_or_else(|| hits.schema());
+    Ok(datafusion::arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.

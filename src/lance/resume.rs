@@ -67,9 +67,16 @@ fn is_lance_type(copy: &datafusion::logical_expr::dml::CopyTo) -> bool {
         .is_some_and(|t| t.as_format_factory().as_ref().downcast_ref::<super::LanceFormatFactory>().is_some())
 }
 
-/// Whether a Lance dataset exists at `uri` (a local path).
-pub fn dataset_exists(uri: &str) -> bool {
-    Path::new(uri).join("_versions").is_dir()
+/// Whether a Lance dataset exists at `uri`: a local path with `_versions`, or an object store URI that
+/// Lance opens (any failure but "not found" counts as there, so that opening it reports the failure).
+pub async fn dataset_exists(uri: &str) -> bool {
+    if crate::stores::is_local(uri) {
+        return Path::new(uri).join("_versions").is_dir();
+    }
+    if !crate::stores::is_supported(uri) {
+        return false; // the sink refuses it, by its scheme
+    }
+    !matches!(Dataset::open(uri).await, Err(lance::Error::DatasetNotFound { .. }))
 }
 
 /// The id column of a dataset's latest version, as a table whose id type matches the writer's input.
@@ -154,7 +161,7 @@ pub async fn id_arrays(
     let lance_err = |e: lance::Error| -> DataFusionError {
         crate::Error::Lance { uri: uri.to_string(), message: e.to_string() }.into()
     };
-    if !dataset_exists(uri) {
+    if !dataset_exists(uri).await {
         return Ok(Box::pin(futures::stream::empty()));
     }
     let ds = Dataset::open(uri).await.map_err(lance_err)?;
@@ -250,7 +257,7 @@ pub async fn count_done(
     target: &WriteTarget,
     column: &str,
 ) -> Result<u64> {
-    if !dataset_exists(&target.uri) {
+    if !dataset_exists(&target.uri).await {
         return Ok(0);
     }
     let ids = LogicalPlanBuilder::from(target.input.as_ref().clone()).project(vec![ident(column)])?.build()?;

@@ -367,14 +367,17 @@ const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indice
 
 /// A local output must be a Lance dataset, a dataset whose first commit never finished (data files, no
 /// manifest yet), an empty directory or a free path: never a file, nor a directory of other files,
-/// which the dataset would be written among.
+/// which the dataset would be written among. An `s3://` output is left to Lance.
 fn check_output_location(uri: &str) -> Result<()> {
     let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
     if let Some((scheme, _)) = uri.split_once("://") {
+        if crate::stores::is_supported(uri) {
+            return Ok(());
+        }
         // Checked before anything touches the disk: a gs:// path must not become a local ./gs: directory.
         return refuse(format!(
-            "{scheme}:// outputs are not supported by this version; write to a local path (or a mounted \
-             file system) and copy the dataset to the object store afterwards"
+            "{scheme}:// outputs are not supported by this build; write to a local path, a mounted file system or \
+             s3:// (an S3-compatible store)"
         ));
     }
     let path = std::path::Path::new(uri);
@@ -438,8 +441,15 @@ impl WriteLock {
     }
 }
 
-/// `dir/.name.lance.lock` for the dataset `dir/name.lance`.
+/// `dir/.name.lance.lock` for the local dataset `dir/name.lance`. An object store has no advisory locks:
+/// the lock of an `s3://` dataset is a file named by the URI's digest in the install home, so it keeps
+/// runs on one machine apart, and no more (see the README on object stores).
 pub fn lock_path(uri: &str) -> std::path::PathBuf {
+    if !crate::stores::is_local(uri) {
+        let home = crate::model::runtime::install_home().unwrap_or_else(std::env::temp_dir);
+        let digest = crate::campaign::plan::hex_sha256(uri.trim_end_matches('/').as_bytes());
+        return home.join("locks").join(format!("{}.lock", &digest[..16]));
+    }
     let p = std::path::Path::new(uri);
     let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into());
     p.with_file_name(format!(".{name}.lock"))

@@ -93,3 +93,15 @@ pub fn docs_job(dir: &Path, name: &str, extra: &str) {
     );
     std::fs::write(dir.join(name), sql).unwrap();
 }
+
+/// `pipeline compare A B --json` passed: `rows` ids on both sides, none on one side only, and no element
+/// differs by more than 1e-6.
+pub fn assert_same_vectors(compare: &std::process::Output, rows: u64) {
+    let c: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
+    assert!(compare.status.success(), "{c}");
+    assert_eq!(
+        (c["matched"].as_u64(), c["only_in_a"].as_u64(), c["only_in_b"].as_u64()),
+        (Some(rows), Some(0), Some(0))
+    );
+    assert!(c["max_abs_diff"].as_f64().unwrap() <= 1e-6, "{c}");
+}

@@ -16,4 +16,5 @@ mod probe;
 mod resume;
 mod search;
 mod sql;
+mod stores;
 mod trial;

@@ -143,13 +143,7 @@ fn killed_runs_resume_to_every_id_exactly_once_with_the_clean_vectors() {
     let j = inspect(d, "out.lance");
     assert_every_id_once(&j, 3000);
     let o = pipeline(&["compare", "clean.lance", "out.lance", "--json"], d);
-    let c: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(o.status.success(), "{c}");
-    assert_eq!(
-        (c["matched"].as_u64(), c["only_in_a"].as_u64(), c["only_in_b"].as_u64()),
-        (Some(3000), Some(0), Some(0))
-    );
-    assert!(c["max_abs_diff"].as_f64().unwrap() <= 1e-6, "{c}");
+    crate::common::assert_same_vectors(&o, 3000);
 }
 
 #[test]

@@ -99,3 +99,60 @@ fn search_finds_what_a_brute_force_cosine_finds_and_refuses_another_model() {
     let (o, _) = search(dir, &["out/docs.lance", "a dog", "--column", "text"]);
     assert!(!o.status.success() && text(&o).1.contains("no column `text`"), "{:?}", text(&o));
 }
+
+/// pylance's nearest query on a vector from `pipeline embed`: ids and cosine distances, nearest first.
+const PYLANCE_NEAREST: &str = r#"
+import json, sys, lance, numpy as np
+q = np.array(json.loads(sys.argv[2])["vector"], dtype=np.float32)
+t = lance.dataset(sys.argv[1]).to_table(columns=["id"], nearest={"column": "embedding", "q": q, "k": 10, "metric": "cosine"})
+print(json.dumps({"ids": t.column("id").to_pylist(), "distances": t.column("_distance").to_pylist()}))
+"#;
+
+#[test]
+fn search_on_the_quickstart_output_finds_talking_dogs_and_agrees_with_pylance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The quickstart job as it is, run from the repository's layout (its relative paths made absolute).
+    let job = std::fs::read_to_string(root.join("sql/quickstart.sql"))
+        .unwrap()
+        .replace("'models/", &format!("'{}/models/", root.display()))
+        .replace("'examples/", &format!("'{}/examples/", root.display()));
+    std::fs::write(dir.join("quickstart.sql"), job).unwrap();
+    let o = pipeline(&["run", "-q", "quickstart.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let fortunes = root.join("examples/data/fortunes.jsonl").display().to_string();
+    let (o, rows) = search(dir, &["out/quickstart.lance", "a dog that can talk", "--join", &fortunes]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let rows = rows.as_array().unwrap().clone();
+    assert_eq!(rows.len(), 10);
+    let texts: Vec<&str> = rows.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    let dogs = texts.iter().filter(|t| t.to_lowercase().contains("dog")).count();
+    assert!(texts[..2].iter().all(|t| t.to_lowercase().contains("dog")) && dogs >= 4, "{texts:#?}");
+
+    let model = root.join("models/all-MiniLM-L6-v2").display().to_string();
+    let o = pipeline(&["embed", "--model", &model, "a dog that can talk"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let dataset = dir.join("out/quickstart.lance").display().to_string();
+    let py = super::stores::python(PYLANCE_NEAREST, &[&dataset, String::from_utf8_lossy(&o.stdout).trim()], &[]);
+    let py: Value = serde_json::from_str(&py).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let py_ids: Vec<&str> = py["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ids, py_ids);
+    for (r, d) in rows.iter().zip(py["distances"].as_array().unwrap()) {
+        let (a, b) = (r["_distance"].as_f64().unwrap(), d.as_f64().unwrap());
+        assert!((a - b).abs() <= 1e-6, "{a} vs pylance {b}");
+    }
+
+    // The join's failures are named.
+    let (o, _) = search(dir, &["out/quickstart.lance", "a dog", "--join", "notes.txt"]);
+    assert!(!o.status.success() && text(&o).1.contains("--join notes.txt: name a .jsonl"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["out/quickstart.lance", "a dog", "--join", &fortunes, "--id", "key"]);
+    assert!(!o.status.success() && text(&o).1.contains("no id column `key`"), "{:?}", text(&o));
+    let twice = dir.join("twice.jsonl");
+    let lines = std::fs::read_to_string(&fortunes).unwrap();
+    std::fs::write(&twice, format!("{lines}{lines}")).unwrap();
+    let (o, _) = search(dir, &["out/quickstart.lance", "a dog", "--join", &twice.display().to_string()]);
+    assert!(!o.status.success() && text(&o).1.contains("is there more than once"), "{:?}", text(&o));
+}

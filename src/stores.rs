@@ -1,0 +1,93 @@
+//! Object stores. DataFusion reads `s3://` sources through a store made on first use from the usual
+//! `AWS_*` environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT` for an S3-compatible server, `AWS_ALLOW_HTTP` for a plain-HTTP one), as datafusion-cli
+//! does. Lance opens its own `s3://` stores from the same variables.
+
+use std::sync::Arc;
+
+use datafusion::common::exec_datafusion_err;
+use datafusion::error::Result;
+use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use url::Url;
+
+/// The URI schemes outputs and sources may use besides local paths.
+pub const REMOTE_SCHEMES: [&str; 1] = ["s3"];
+
+/// Whether `uri` names a local path (no scheme, or `file:`).
+pub fn is_local(uri: &str) -> bool {
+    match uri.split_once("://") {
+        None => true,
+        Some((scheme, _)) => scheme.eq_ignore_ascii_case("file"),
+    }
+}
+
+/// Whether this build reads and writes `uri`: a local path or one of [`REMOTE_SCHEMES`].
+pub fn is_supported(uri: &str) -> bool {
+    is_local(uri)
+        || uri
+            .split_once("://")
+            .is_some_and(|(scheme, _)| REMOTE_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// DataFusion's registry, which also makes an `s3://` bucket's store when it is first asked for.
+#[derive(Debug, Default)]
+pub struct StoreRegistry {
+    registered: DefaultObjectStoreRegistry,
+}
+
+impl ObjectStoreRegistry for StoreRegistry {
+    fn register_store(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Option<Arc<dyn ObjectStore>> {
+        self.registered.register_store(url, store)
+    }
+
+    fn deregister_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
+        self.registered.deregister_store(url)
+    }
+
+    fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
+        match self.registered.get_store(url) {
+            Ok(store) => Ok(store),
+            Err(_) if url.scheme() == "s3" => {
+                let store = s3_store(url)?;
+                self.registered.register_store(url, Arc::clone(&store));
+                Ok(store)
+            }
+            Err(_) => Err(exec_datafusion_err!(
+                "{url}: {}:// locations are not supported; this build reads local paths and s3:// (set the AWS_* \
+                 environment variables for the bucket)",
+                url.scheme()
+            )),
+        }
+    }
+}
+
+/// The store of the bucket in `url`, configured from the environment.
+fn s3_store(url: &Url) -> Result<Arc<dyn ObjectStore>> {
+    let bucket =
+        url.host_str().filter(|b| !b.is_empty()).ok_or_else(|| exec_datafusion_err!("{url} names no bucket"))?;
+    let store = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| exec_datafusion_err!("cannot reach s3://{bucket}: {e} (check the AWS_* environment variables)"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_and_remote_uris() {
+        assert!(is_local("out/docs.lance") && is_local("/data/x") && is_local("file:///data/x"));
+        assert!(!is_local("s3://bucket/x.lance") && !is_local("gs://bucket/x"));
+        assert!(is_supported("s3://bucket/x.lance") && is_supported("x.lance") && !is_supported("gs://bucket/x"));
+    }
+
+    #[test]
+    fn other_schemes_are_refused_by_name() {
+        let e = StoreRegistry::default().get_store(&Url::parse("gs://bucket/corpus.jsonl").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("gs:// locations are not supported"), "{e}");
+    }
+}
