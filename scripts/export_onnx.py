@@ -263,13 +263,15 @@ def export(args):
         say(f"exported {args.dtype} ONNX in {export_seconds:.1f} s")
 
         texts = FIXED_TEXTS + (read_texts(args.check_texts) if args.check_texts else [])
-        # No prompt on either side: the pipeline puts none before a text unless `SET embed.prefix` says so.
-        reference = model.encode(texts, prompt="", batch_size=32, convert_to_numpy=True)
+        # The checkpoint's default prompt on both sides, if it has one: the pipeline applies it as
+        # sentence-transformers' encode() does (config_sentence_transformers.json travels with the export).
+        reference = model.encode(texts, batch_size=32, convert_to_numpy=True)
         prompts = getattr(model, "prompts", None) or {}
-        default_prompt = prompts.get(getattr(model, "default_prompt_name", None) or "", "")
-        if default_prompt:
-            say(f"the checkpoint's default prompt {default_prompt!r} is not applied by the pipeline: "
-                f"SET embed.prefix = {default_prompt!r} in jobs that should use it")
+        default_name = getattr(model, "default_prompt_name", None) or ""
+        if prompts.get(default_name, ""):
+            say(f"the checkpoint's default prompt {default_name!r} ({prompts[default_name]!r}) goes before every "
+                f"input, in the pipeline as in sentence-transformers; SET embed.prompt_name = 'none' to leave it "
+                f"out, or name another of its prompts")
         texts_file = tmp / "texts.jsonl"
         texts_file.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
         try:

@@ -22,6 +22,13 @@ extensions_options! {
         pub truncation: String, default = "right".to_string()
         /// Text put before every input, for models trained with one (e5: 'passage: ').
         pub prefix: String, default = String::new()
+        /// The model's prompt to put before every input (`prompts` in config_sentence_transformers.json):
+        /// '' its `default_prompt_name` (none when it has none), 'none' no prompt, or a name ('query').
+        pub prompt_name: String, default = String::new()
+        /// Keep the first this many dimensions of each vector, then normalise (Matryoshka models). 0 keeps all.
+        pub truncate_dim: usize, default = 0
+        /// Element type of the vectors: 'float32', or 'float16' (half the storage; Lance keeps it as is).
+        pub precision: String, default = "float32".to_string()
         /// Tag the version a write ends on with this name (empty: no tag).
         pub tag: String, default = String::new()
         /// The id column: present, non-NULL and unique in a campaign's input; the key that resume uses.
@@ -182,6 +189,7 @@ impl EmbedOptions {
                 .map(|_| ())
                 .ok_or_else(|| bad(key, &self.pooling, "use 'mean', 'cls' or 'max', or '' for the model's own")),
             "normalize" => self.normalize_override().map(|_| ()),
+            "precision" => self.vector_dtype().map(|_| ()),
             "order" => self.resolved_order().map(|_| ()),
             "commit_rows" => positive(self.commit_rows as u64),
             "commit_seconds" => positive(self.commit_seconds),
@@ -294,7 +302,47 @@ impl EmbedOptions {
             batch_tokens: self.batch_tokens,
             max_batch_rows: self.max_batch_rows,
             prefix: self.prefix.clone(),
+            truncate_dim: self.truncate_dim,
         })
+    }
+
+    /// The vectors' element type, from `embed.precision`.
+    pub fn vector_dtype(&self) -> Result<&'static str> {
+        match self.precision.to_ascii_lowercase().as_str() {
+            "float32" | "fp32" => Ok("float32"),
+            "float16" | "fp16" | "half" => Ok("float16"),
+            _ => Err(bad("precision", &self.precision, "use 'float32' or 'float16'")),
+        }
+    }
+
+    /// Put the model's prompt (`embed.prompt_name`, else its default) into `settings.prefix`, and return its
+    /// name (empty when none applies). `embed.prefix` alone stays when no prompt applies; both at once are
+    /// refused unless they are the same text.
+    pub fn apply_model_prompt(&self, spec: &crate::model::ModelSpec, settings: &mut CallSettings) -> Result<String> {
+        let (name, text) = spec.prompt(&self.prompt_name).map_err(|m| bad("prompt_name", &self.prompt_name, &m))?;
+        if text.is_empty() {
+            return Ok(String::new());
+        }
+        if !settings.prefix.is_empty() && settings.prefix != text {
+            return Err(bad(
+                "prefix",
+                &settings.prefix,
+                &format!(
+                    "the model's prompt '{name}' ({text:?}) already goes before each input; leave embed.prefix \
+                     empty, or SET embed.prompt_name = 'none' to use embed.prefix alone"
+                ),
+            ));
+        }
+        if !spec.include_prompt {
+            return Err(bad(
+                "prompt_name",
+                &name,
+                "the model's Pooling config leaves prompt tokens out of the pooling (include_prompt: false), which \
+                 this pipeline does not do; SET embed.prompt_name = 'none'",
+            ));
+        }
+        settings.prefix = text;
+        Ok(name)
     }
 
     /// The device these options ask for.

@@ -44,12 +44,20 @@ pub struct Fingerprint {
     pub pooling: String,
     /// Whether vectors are L2-normalised.
     pub normalize: bool,
-    /// Text put before every input.
+    /// Text put before every input: `embed.prefix`, or the model's prompt.
     pub prefix: String,
-    /// Element type of the stored vectors.
+    /// Element type of the stored vectors: `float32`, or `float16` under `embed.precision = 'float16'`.
     pub dtype: String,
     /// Vector length.
     pub dim: usize,
+    /// The Matryoshka cut (`embed.truncate_dim`): the first this many of the model's dimensions, then
+    /// normalised. Absent from the JSON when the vectors keep every dimension.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub truncate_dim: usize,
+    /// The name of the model's prompt that `prefix` holds (`embed.prompt_name`, or the model's
+    /// `default_prompt_name`). A label: the text in `prefix` is what is compared. Absent when none applies.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prompt_name: String,
     /// The digest of the model directory's `lineage.json` (scripts/export-onnx), when it has one: what made
     /// the model, from its training data on, without when or where it was exported (see
     /// [`super::lineage::digest`]). Absent from the JSON otherwise.
@@ -73,7 +81,9 @@ impl Fingerprint {
             normalize: settings.normalize,
             prefix: settings.prefix.clone(),
             dtype: "float32".to_string(),
-            dim: spec.dim,
+            dim: settings.out_dim(spec.dim),
+            truncate_dim: settings.truncate_dim,
+            prompt_name: String::new(),
             lineage_sha256: lineage.as_ref().map(|l| l.sha256.clone()).unwrap_or_default(),
         };
         let dir = std::path::absolute(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
@@ -88,7 +98,20 @@ impl Fingerprint {
     /// The settings and fingerprint that `embed.*` options give, resolved against their model.
     pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
         let spec = ModelSpec::load(options.model_dir())?;
-        let settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+        let mut settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+        let prompt_name = options.apply_model_prompt(&spec, &mut settings)?;
+        if settings.truncate_dim > spec.dim {
+            return Err(Error::Option {
+                key: "truncate_dim".into(),
+                value: settings.truncate_dim.to_string(),
+                message: format!(
+                    "the model {} makes {}-dimensional vectors; cut to at most {}, or 0 to keep them all",
+                    spec.name(),
+                    spec.dim,
+                    spec.dim
+                ),
+            });
+        }
         if let Some(positions) = spec.max_positions.filter(|p| settings.max_tokens > *p) {
             return Err(Error::Option {
                 key: "max_tokens".into(),
@@ -100,7 +123,9 @@ impl Fingerprint {
                 ),
             });
         }
-        let fingerprint = Self::new(&spec, &settings)?;
+        let mut fingerprint = Self::new(&spec, &settings)?;
+        fingerprint.prompt_name = prompt_name;
+        fingerprint.dtype = options.vector_dtype()?.to_string();
         Ok((settings, fingerprint))
     }
 
@@ -127,6 +152,8 @@ impl Fingerprint {
         if this.model_sha256 == other.model_sha256 && this.tokenizer_sha256 == other.tokenizer_sha256 {
             this.model = other.model.clone();
         }
+        // The prompt's name is a label of the text in `prefix`, which is compared.
+        this.prompt_name = other.prompt_name.clone();
         let (a, b) = (serde_json::to_value(&this).unwrap_or_default(), serde_json::to_value(other).unwrap_or_default());
         let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return Vec::new() };
         // Fields left out of the JSON when empty (lineage_sha256) are on one side only: compare the union.
@@ -146,6 +173,10 @@ impl Fingerprint {
             _ => Vec::new(),
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A fingerprint value as a person reads it: text as typed (not a JSON string in quotes), `(empty)` for an
@@ -216,8 +247,26 @@ mod tests {
             prefix: String::new(),
             dtype: "float32".into(),
             dim: 384,
+            truncate_dim: 0,
+            prompt_name: String::new(),
             lineage_sha256: String::new(),
         }
+    }
+
+    #[test]
+    fn prompts_cuts_and_precision_are_recorded_and_old_fingerprints_unchanged() {
+        let json = sample().to_json();
+        assert!(!json.contains("truncate_dim") && !json.contains("prompt_name"), "{json}");
+        let cut = Fingerprint { truncate_dim: 128, dim: 128, dtype: "float16".into(), ..sample() };
+        let mut d: Vec<String> = sample().differences(&cut).into_iter().map(|(k, _, _)| k).collect();
+        d.sort();
+        assert_eq!(d, ["dim", "dtype", "truncate_dim"]);
+        assert_eq!(Fingerprint::from_json(&cut.to_json()).unwrap(), cut);
+        // The prompt's name labels the prefix it put there: the same text by either road is one campaign.
+        let named = Fingerprint { prompt_name: "query".into(), prefix: "query: ".into(), ..sample() };
+        let typed = Fingerprint { prefix: "query: ".into(), ..sample() };
+        assert!(named.differences(&typed).is_empty() && typed.differences(&named).is_empty());
+        assert_eq!(named.differences(&sample()).len(), 1);
     }
 
     #[test]

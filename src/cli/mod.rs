@@ -197,35 +197,8 @@ pub enum Command {
     /// the model directory its run records name (or --model), refused unless it gives the dataset's
     /// fingerprint. Prints every column but the vectors, and the distance.
     Search {
-        /// The Lance dataset: `path`, `path@version` or `path@tag`.
-        dataset: String,
-        /// The query text.
-        query: String,
-        /// How many rows.
-        #[arg(short, default_value_t = 10)]
-        k: usize,
-        /// Only rows that pass this SQL filter, e.g. "lang = 'en'" (applied before the search).
-        #[arg(long = "where", value_name = "SQL")]
-        filter: Option<String>,
-        /// The model directory, when the run records do not name it (written by an older version).
-        #[arg(long, value_name = "DIR")]
-        model: Option<PathBuf>,
-        /// The vector column.
-        #[arg(long, default_value = "embedding")]
-        column: String,
-        /// cosine, l2 or dot.
-        #[arg(long, default_value = "cosine")]
-        metric: String,
-        /// Print JSON (an array of rows).
-        #[arg(long)]
-        json: bool,
-        /// A source file (JSON lines, Parquet, CSV, Arrow, or a Lance dataset; local or s3://) whose rows are
-        /// joined to the hits by id, to show their text.
-        #[arg(long, value_name = "SOURCE")]
-        join: Option<String>,
-        /// The id column the join matches on.
-        #[arg(long = "id", value_name = "COLUMN", default_value = "id")]
-        id_column: String,
+        #[command(flatten)]
+        args: search::SearchArgs,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -367,9 +340,8 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             embed::embed(texts, file.as_deref(), model, device).await
         }
-        Command::Search { dataset, query, k, filter, model, column, metric, json, join, id_column, runtime } => {
+        Command::Search { args, runtime } => {
             runtime.apply();
-            let args = search::SearchArgs { dataset, query, k, filter, model, column, metric, json, join, id_column };
             search::search(&args).await
         }
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,

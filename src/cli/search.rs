@@ -2,7 +2,8 @@
 //! vectors to a query, the query embedded exactly as the dataset's vectors were. The model directory comes from
 //! the run records (or `--model`), and it must give the dataset's fingerprint, every field of it: a query
 //! embedded with another model, tokenizer, prefix, pooling or truncation is refused, not searched.
-//! `--join SOURCE` adds the source's columns (the text) to each hit, matched by id.
+//! `--join SOURCE` adds the source's columns (the text) to each hit, matched by id. `--prompt-name` embeds the
+//! query with another of the model's prompts (e5's `query` against documents embedded under `passage`).
 
 use std::path::PathBuf;
 
@@ -18,18 +19,42 @@ use crate::lance::sink::fingerprint_of_dataset;
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
-/// What to search and how.
+/// What to search and how (the arguments of `pipeline search`).
+#[derive(clap::Args, Debug)]
 pub struct SearchArgs {
+    /// The Lance dataset: `path`, `path@version` or `path@tag`.
     pub dataset: String,
+    /// The query text.
     pub query: String,
+    /// How many rows.
+    #[arg(short, default_value_t = 10)]
     pub k: usize,
+    /// Only rows that pass this SQL filter, e.g. "lang = 'en'" (applied before the search).
+    #[arg(long = "where", value_name = "SQL")]
     pub filter: Option<String>,
+    /// The model directory, when the run records do not name it (written by an older version).
+    #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
+    /// The vector column.
+    #[arg(long, default_value = "embedding")]
     pub column: String,
+    /// cosine, l2 or dot.
+    #[arg(long, default_value = "cosine")]
     pub metric: String,
+    /// Print JSON (an array of rows).
+    #[arg(long)]
     pub json: bool,
+    /// A source file (JSON lines, Parquet, CSV, Arrow, or a Lance dataset; local or s3://) whose rows are
+    /// joined to the hits by id, to show their text.
+    #[arg(long, value_name = "SOURCE")]
     pub join: Option<String>,
+    /// The id column the join matches on.
+    #[arg(long = "id", value_name = "COLUMN", default_value = "id")]
     pub id_column: String,
+    /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
+    /// under `passage`) instead of the documents' prompt; the rest of the fingerprint must still match.
+    #[arg(long, value_name = "NAME")]
+    pub prompt_name: Option<String>,
 }
 
 /// The options that reproduce `fp` with the model in `dir`.
@@ -39,7 +64,12 @@ fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
     options.truncation = fp.truncation.clone();
     options.pooling = fp.pooling.clone();
     options.normalize = fp.normalize.to_string();
+    // The prompt by its name where the fingerprint has one; otherwise exactly its prefix, and not a default
+    // prompt the model may have gained since.
     options.prefix = fp.prefix.clone();
+    options.prompt_name = if fp.prompt_name.is_empty() { "none".into() } else { fp.prompt_name.clone() };
+    options.truncate_dim = fp.truncate_dim;
+    options.precision = fp.dtype.clone();
     options
 }
 
@@ -177,10 +207,17 @@ pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
             })?
         }
     };
-    let options = options_for(&fp, &dir);
+    let mut options = options_for(&fp, &dir);
+    if let Some(name) = &args.prompt_name {
+        (options.prompt_name, options.prefix) = (name.clone(), String::new());
+    }
     let (settings, now) =
         Fingerprint::for_options(&options).with_context(|| format!("the model that made {}", args.dataset))?;
-    let differences = fp.differences(&now);
+    let mut differences = fp.differences(&now);
+    if args.prompt_name.is_some() {
+        // The query's own prompt: the one field allowed to differ.
+        differences.retain(|(k, _, _)| k != "prefix");
+    }
     if !differences.is_empty() {
         let lines: Vec<String> =
             differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
@@ -196,6 +233,12 @@ pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
     let query = args.query.clone();
     let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
     let q = Float32Array::from(vector.vectors);
+    // The query in the stored vectors' element type (float16 under embed.precision).
+    let element = match field.data_type() {
+        DataType::FixedSizeList(f, _) => f.data_type().clone(),
+        _ => DataType::Float32,
+    };
+    let q = datafusion::arrow::compute::cast(&q, &element)?;
 
     let mut columns: Vec<String> = ds
         .schema()
@@ -208,7 +251,7 @@ pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
     columns.push("_distance".into());
     let mut scan = ds.scan();
     scan.project(&columns)?;
-    scan.nearest(&args.column, &q as &dyn Array, args.k)?;
+    scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k)?;
     scan.distance_metric(metric);
     if let Some(filter) = &args.filter {
         scan.prefilter(true);

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::Float32Type;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Float32Type};
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use lance::datafusion::LanceTableProvider;
@@ -133,7 +134,10 @@ pub async fn compare(
                     continue;
                 }
             }
-            let (x, y) = (va.value(i), vb.value(i));
+            // float16 vectors (embed.precision) are compared as the float32 values they stand for.
+            let as_f32 =
+                |a: datafusion::arrow::array::ArrayRef| cast(&a, &DataType::Float32).map_err(|e| err(e.into()));
+            let (x, y) = (as_f32(va.value(i))?, as_f32(vb.value(i))?);
             let (x, y) = (x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values());
             if x.len() != y.len() {
                 return Err(Error::Lance {

@@ -321,6 +321,7 @@ impl Embedder {
             batch_tokens: 1 << 20,
             max_batch_rows: probe.texts.len(),
             prefix: String::new(),
+            truncate_dim: 0,
         };
         let texts: Vec<Option<&str>> = probe.texts.iter().map(|t| Some(t.as_str())).collect();
         let embedded = self.embed_with_progress(&texts, &settings, &|_, _| {}, &|| false)?;
@@ -741,10 +742,12 @@ impl TextEmbedder for Embedder {
             stop,
             &busy,
         )?;
-        let dim = self.spec.dim;
+        let dim = settings.out_dim(self.spec.dim);
         let mut vectors = vec![0.0f32; texts.len() * dim];
         let mut valid = vec![false; texts.len()];
         for ((row, _), mut v) in present.iter().zip(pooled) {
+            // Cut before normalising: a Matryoshka prefix is a unit vector of its own.
+            v.truncate(dim);
             if settings.normalize {
                 normalize(&mut v);
             }

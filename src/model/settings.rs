@@ -26,4 +26,17 @@ pub struct CallSettings {
     pub batch_tokens: usize,
     pub max_batch_rows: usize,
     pub prefix: String,
+    /// Keep only the first this many dimensions of each pooled vector, then normalise (if normalising):
+    /// Matryoshka models. 0 keeps them all.
+    pub truncate_dim: usize,
+}
+
+impl CallSettings {
+    /// The length of the vectors these settings make from a model of `model_dim` dimensions.
+    pub fn out_dim(&self, model_dim: usize) -> usize {
+        match self.truncate_dim {
+            0 => model_dim,
+            n => n.min(model_dim),
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Reading a sentence-transformers model directory: which files hold the tokenizer, the ONNX graph,
 //! the pooling mode, the normalisation step and the sequence limit, checked against each other.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -33,6 +34,14 @@ pub struct ModelSpec {
     /// Positions the model has embeddings for (`max_position_embeddings` in config.json), when it says:
     /// the most tokens a text can have.
     pub max_positions: Option<usize>,
+    /// Named prompts (`prompts` in `config_sentence_transformers.json`): text put before an input, e5-, bge- and
+    /// nomic-style (`{"query": "query: ", "document": "passage: "}`).
+    pub prompts: BTreeMap<String, String>,
+    /// The prompt sentence-transformers applies when none is named (`default_prompt_name`), if any.
+    pub default_prompt_name: Option<String>,
+    /// Whether the pooling takes in a prompt's tokens (`include_prompt` in the Pooling config; true unless it
+    /// says false, which this pipeline does not support with a prompt).
+    pub include_prompt: bool,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +68,21 @@ struct PoolingConfig {
     pooling_mode_max_tokens: bool,
     #[serde(default)]
     pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default = "included")]
+    include_prompt: bool,
+}
+
+fn included() -> bool {
+    true
+}
+
+/// `config_sentence_transformers.json`: the parts of it that change a vector.
+#[derive(Deserialize, Default)]
+struct StConfig {
+    #[serde(default)]
+    prompts: BTreeMap<String, String>,
+    #[serde(default)]
+    default_prompt_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -147,6 +171,19 @@ impl ModelSpec {
             ));
         }
 
+        let st: StConfig = match dir.join(ST_CONFIG).is_file() {
+            true => read_json(&dir, ST_CONFIG)?,
+            false => StConfig::default(),
+        };
+        let default_prompt_name = st.default_prompt_name.filter(|n| !n.is_empty());
+        if let Some(name) = default_prompt_name.as_ref().filter(|n| !st.prompts.contains_key(*n)) {
+            return Err(Error::model(
+                &dir,
+                ST_CONFIG,
+                format!("default_prompt_name '{name}' is not one of its prompts ({})", prompt_names(&st.prompts)),
+            ));
+        }
+
         let tokenizer_path = dir.join("tokenizer.json");
         if !tokenizer_path.is_file() {
             return Err(Error::model(&dir, "tokenizer.json", "file not found"));
@@ -168,7 +205,35 @@ impl ModelSpec {
             pad_id: hf.pad_token_id.unwrap_or(0),
             vocab_size: hf.vocab_size,
             max_positions: hf.max_position_embeddings,
+            prompts: st.prompts,
+            default_prompt_name,
+            include_prompt: pooling_cfg.include_prompt,
         })
+    }
+
+    /// The text a prompt name stands for: `''` the model's default prompt (none when it has no default),
+    /// `'none'` no prompt, anything else one of the model's prompts. Returns the name applied (empty for
+    /// none) and its text.
+    pub fn prompt(&self, name: &str) -> std::result::Result<(String, String), String> {
+        let name = match name {
+            "" => match &self.default_prompt_name {
+                Some(default) => default.as_str(),
+                None => return Ok((String::new(), String::new())),
+            },
+            "none" => return Ok((String::new(), String::new())),
+            name => name,
+        };
+        match self.prompts.get(name) {
+            Some(text) => Ok((name.to_string(), text.clone())),
+            None if self.prompts.is_empty() => {
+                Err(format!("the model {} has no prompts ({ST_CONFIG} names none)", self.name()))
+            }
+            None => Err(format!(
+                "the model {} has no prompt '{name}'; its prompts are {}",
+                self.name(),
+                prompt_names(&self.prompts)
+            )),
+        }
     }
 
     /// An error about the ONNX file, naming the directory and the file within it.
@@ -218,6 +283,13 @@ fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> 
             Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported"))
         }
     }
+}
+
+/// Where sentence-transformers keeps its prompts.
+const ST_CONFIG: &str = "config_sentence_transformers.json";
+
+fn prompt_names(prompts: &BTreeMap<String, String>) -> String {
+    prompts.keys().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
@@ -321,6 +393,36 @@ mod tests {
         .unwrap();
         let err = ModelSpec::load(d).unwrap_err().to_string();
         assert!(err.contains("1_Pooling/config.json") && err.contains("weightedmean"), "{err}");
+    }
+
+    #[test]
+    fn prompts_resolve_by_name_default_or_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_minimal(tmp.path());
+        let spec = ModelSpec::load(tmp.path()).unwrap();
+        assert_eq!(spec.prompt("").unwrap(), (String::new(), String::new()), "no config, no prompt");
+        assert!(spec.prompt("query").unwrap_err().contains("has no prompts"));
+
+        let config = tmp.path().join(ST_CONFIG);
+        std::fs::write(
+            &config,
+            r#"{"prompts": {"query": "query: ", "document": "passage: "}, "default_prompt_name": null}"#,
+        )
+        .unwrap();
+        let spec = ModelSpec::load(tmp.path()).unwrap();
+        assert_eq!(spec.prompt("").unwrap().1, "", "no default: none");
+        assert_eq!(spec.prompt("document").unwrap(), ("document".into(), "passage: ".into()));
+        let err = spec.prompt("passage").unwrap_err();
+        assert!(err.contains("no prompt 'passage'") && err.contains("'document', 'query'"), "{err}");
+
+        std::fs::write(&config, r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#).unwrap();
+        let spec = ModelSpec::load(tmp.path()).unwrap();
+        assert_eq!(spec.prompt("").unwrap(), ("query".into(), "query: ".into()), "the default applies");
+        assert_eq!(spec.prompt("none").unwrap(), (String::new(), String::new()));
+
+        std::fs::write(&config, r#"{"prompts": {"query": "query: "}, "default_prompt_name": "search"}"#).unwrap();
+        let err = ModelSpec::load(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains(ST_CONFIG) && err.contains("default_prompt_name 'search'"), "{err}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `embed(text [, id])`: a text column in, a `FixedSizeList<Float32, dim>` vector column out.
+//! `embed(text [, id])`: a text column in, a `FixedSizeList<Float32, dim>` vector column out
+//! (`Float16` under `embed.precision = 'float16'`).
 //!
 //! It is an async DataFusion function, so each call's tokenising and inference run on tokio's
 //! blocking pool rather than on the query's workers. Its return type depends on `embed.model`,
@@ -9,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Float32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Float16Array, Float32Array};
 use datafusion::arrow::buffer::NullBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
@@ -25,9 +26,13 @@ use crate::model::CallSettings;
 use crate::model::{EmbedStats, ModelSpec, TextEmbedder};
 use crate::options::EmbedOptions;
 
-/// The vector type for a model of `dim` dimensions.
-pub fn vector_type(dim: usize) -> DataType {
-    DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), dim as i32)
+/// The vector type a fingerprint describes: `dim` elements of its `dtype` (float32 or float16).
+pub fn vector_type(fingerprint: &Fingerprint) -> DataType {
+    DataType::FixedSizeList(Arc::new(Field::new_list_field(element_type(fingerprint), true)), fingerprint.dim as i32)
+}
+
+fn element_type(fingerprint: &Fingerprint) -> DataType {
+    if fingerprint.dtype == "float16" { DataType::Float16 } else { DataType::Float32 }
 }
 
 /// Both functions for a session with these options: `embed(text)` and `embed_dim()`.
@@ -101,7 +106,7 @@ impl ScalarUDFImpl for EmbedUdf {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(vector_type(self.resolved()?.fingerprint.dim))
+        Ok(vector_type(&self.resolved()?.fingerprint))
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
@@ -118,7 +123,7 @@ impl ScalarUDFImpl for EmbedUdf {
         }
         let fingerprint = &self.resolved()?.fingerprint;
         let metadata = HashMap::from([(FINGERPRINT_KEY.to_string(), fingerprint.to_json())]);
-        Ok(Arc::new(Field::new(self.name(), vector_type(fingerprint.dim), true).with_metadata(metadata)))
+        Ok(Arc::new(Field::new(self.name(), vector_type(fingerprint), true).with_metadata(metadata)))
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -193,13 +198,15 @@ fn embed_array(
     metrics.record_embed(&out.stats);
     metrics.record_device(embedder.device());
     let nulls = NullBuffer::from(out.valid);
-    let field = Arc::new(Field::new_list_field(DataType::Float32, true));
-    let array = FixedSizeListArray::try_new(
-        field,
-        dim as i32,
-        Arc::new(Float32Array::from(out.vectors)),
-        (nulls.null_count() > 0).then_some(nulls),
-    )?;
+    let element = element_type(&resolved.fingerprint);
+    let values: ArrayRef = match element {
+        DataType::Float16 => {
+            Arc::new(Float16Array::from_iter_values(out.vectors.iter().map(|v| half::f16::from_f32(*v))))
+        }
+        _ => Arc::new(Float32Array::from(out.vectors)),
+    };
+    let field = Arc::new(Field::new_list_field(element, true));
+    let array = FixedSizeListArray::try_new(field, dim as i32, values, (nulls.null_count() > 0).then_some(nulls))?;
     Ok((Arc::new(array), out.stats))
 }
 
@@ -218,7 +225,8 @@ pub(crate) fn string_values(array: &ArrayRef) -> Result<Vec<Option<&str>>> {
     })
 }
 
-/// `embed_dim()`: the dimension of the model `embed.model` names.
+/// `embed_dim()`: the length of the vectors `embed` makes: the dimension of the model `embed.model` names, or
+/// `embed.truncate_dim` when that cuts it.
 ///
 /// NOTE: it also keeps `embed` in step with `SET embed.model`. DataFusion re-plans functions after a
 /// `SET` through `with_updated_config`, but its `AsyncScalarUDF` wrapper, which `embed` must be to run
@@ -264,7 +272,11 @@ impl ScalarUDFImpl for EmbedDimUdf {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
         let spec = ModelSpec::load(options.model_dir())?;
-        Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(spec.dim as i32))))
+        let dim = match options.truncate_dim {
+            0 => spec.dim,
+            n => n.min(spec.dim),
+        };
+        Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(dim as i32))))
     }
 
     fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {

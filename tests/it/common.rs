@@ -38,7 +38,9 @@ pub fn vectors(batches: &[RecordBatch], col: &str) -> Vec<Option<Vec<f32>>> {
     for b in batches {
         let list = b.column_by_name(col).unwrap().as_fixed_size_list();
         for i in 0..list.len() {
-            out.push(list.is_valid(i).then(|| list.value(i).as_primitive::<Float32Type>().values().to_vec()));
+            // float16 vectors (embed.precision) as the float32 values they stand for.
+            let v = datafusion::arrow::compute::cast(&list.value(i), &datafusion::arrow::datatypes::DataType::Float32);
+            out.push(list.is_valid(i).then(|| v.unwrap().as_primitive::<Float32Type>().values().to_vec()));
         }
     }
     out

@@ -247,7 +247,7 @@ fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
     assert!(!dir.join("out").exists());
     std::fs::write(ckpt.join("modules.json"), modules).unwrap();
 
-    // A default prompt is not what the pipeline applies: the export verifies without it and says so.
+    // A default prompt goes before every input on both sides, as in sentence-transformers; the export says so.
     let config = ckpt.join("config_sentence_transformers.json");
     let mut c: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     c["prompts"] = serde_json::json!({"query": "query: ", "document": ""});
@@ -255,7 +255,7 @@ fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
     std::fs::write(&config, c.to_string()).unwrap();
     let o = export(&["ckpt", "prompted"], dir);
     let (_, err) = text(&o);
-    assert!(o.status.success() && err.contains("SET embed.prefix = 'query: '"), "{err}");
+    assert!(o.status.success() && err.contains("default prompt 'query' ('query: ') goes before every input"), "{err}");
 
     // An OUT that holds something is not overwritten.
     std::fs::create_dir(dir.join("taken")).unwrap();

@@ -16,5 +16,6 @@ mod probe;
 mod resume;
 mod search;
 mod sql;
+mod st_features;
 mod stores;
 mod trial;
