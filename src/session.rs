@@ -54,6 +54,22 @@ impl EmbedSession {
         Ok(Self { ctx, metrics })
     }
 
+    /// A session that reads what a campaign reads and writes (its sources and Lance datasets, local or on
+    /// an object store), without `embed()`, which needs a model: for commands that only look.
+    pub fn for_reading() -> Result<SessionContext> {
+        let metrics = Arc::new(RunMetrics::default());
+        let runtime =
+            RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
+        let state = SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_option_extension(EmbedConfig(EmbedOptions::default())))
+            .with_runtime_env(Arc::new(runtime))
+            .with_default_features()
+            .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(metrics)))
+            .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))
+            .build();
+        Ok(SessionContext::new_with_state(state))
+    }
+
     /// The DataFusion context, for `sql()`, `register_*` and the rest of its API.
     pub fn context(&self) -> &SessionContext {
         &self.ctx

@@ -49,7 +49,7 @@ impl ObjectStoreRegistry for StoreRegistry {
     fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
         match self.registered.get_store(url) {
             Ok(store) => Ok(store),
-            Err(_) if url.scheme() == "s3" => {
+            Err(_) if is_supported(url.as_str()) && !is_local(url.as_str()) => {
                 let store = s3_store(url)?;
                 self.registered.register_store(url, Arc::clone(&store));
                 Ok(store)

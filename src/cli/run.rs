@@ -16,7 +16,7 @@ use super::display::format_batches;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
 use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
-use crate::lance::resume::{ExistingIds, WriteTarget, count_done, dataset_exists, write_target};
+use crate::lance::resume::{ExistingIds, WriteTarget, count_done, open_existing, write_target};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns, fingerprint_of_dataset};
 use crate::options::EmbedOptions;
 use crate::script::{Statement, parse_all, split_statements};
@@ -321,8 +321,8 @@ async fn prepare_write(
         }
     };
     let (mut done, mut done_tokens) = (0, 0);
-    if !options.restart && dataset_exists(&target.uri).await {
-        let ds = crate::lance::open_dataset(&target.uri).await?;
+    let existing = if options.restart { None } else { open_existing(&target.uri).await? };
+    if let Some(ds) = existing {
         // Refused here, before the resume count, which would read as if the run were going on.
         let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
         check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
-use datafusion::arrow::array::{Array, Float32Array, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, Float32Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use lance_linalg::distance::MetricType;
 
@@ -116,8 +116,7 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
     if hits.schema().column_with_name(id).is_none() {
         bail!("--join: the dataset has no id column `{id}` to join on (name it with --id)");
     }
-    let session = crate::session::EmbedSession::new()?;
-    let ctx = session.context();
+    let ctx = crate::session::EmbedSession::for_reading()?;
     let header = if format == "CSV" { " OPTIONS ('format.has_header' 'true')" } else { "" };
     let location = source.replace('\'', "''");
     ctx.sql(&format!("CREATE EXTERNAL TABLE source STORED AS {format} LOCATION '{location}'{header}"))
@@ -136,29 +135,29 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
         .map(|f| format!("s.{}", quoted(f.name())))
         .collect();
     ctx.register_table("hits", std::sync::Arc::new(MemTable::try_new(hits.schema(), vec![vec![hits.clone()]])?))?;
-    let twice = ctx
-        .sql(&format!(
-            "SELECT s.{i} FROM source s JOIN hits h ON s.{i} = h.{i} GROUP BY s.{i} HAVING count(*) > 1 LIMIT 1",
-            i = quoted(id)
-        ))
-        .await?
-        .collect()
-        .await?;
-    if let Some(b) = twice.iter().find(|b| b.num_rows() > 0) {
-        let shown = datafusion::arrow::util::display::array_value_to_string(b.column(0), 0)?;
-        bail!(
-            "--join {source}: id {shown} is there more than once, so its hit has no one text; join a source keyed by `{id}`"
-        );
-    }
+    // One pass over the source: the join, with how many source rows each hit's id met.
     let select = std::iter::once("h.*".to_string()).chain(extra).collect::<Vec<_>>().join(", ");
-    let batches = ctx
+    let joined = ctx
         .sql(&format!(
-            "SELECT {select} FROM hits h LEFT JOIN source s ON h.{i} = s.{i} ORDER BY h._distance",
+            "SELECT {select}, count(*) OVER (PARTITION BY h.{i}) AS __copies FROM hits h LEFT JOIN source s \
+             ON h.{i} = s.{i} ORDER BY h._distance",
             i = quoted(id)
         ))
-        .await?
-        .collect()
         .await?;
+    let batches = joined.collect().await?;
+    for b in &batches {
+        let copies = b.column(b.num_columns() - 1).as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        if let Some(row) = (0..b.num_rows()).find(|&r| copies.value(r) > 1) {
+            let at = b.schema().index_of(id)?;
+            let shown = datafusion::arrow::util::display::array_value_to_string(b.column(at), row)?;
+            bail!(
+                "--join {source}: id {shown} is there more than once, so its hit has no one text; join a source \
+                 keyed by `{id}`"
+            );
+        }
+    }
+    let batches: Vec<RecordBatch> =
+        batches.iter().map(|b| b.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())).collect::<Result<_, _>>()?;
     let schema = batches.first().map(|b| b.schema()).unwrap_or_else(|| hits.schema());
     Ok(datafusion::arrow::compute::concat_batches(&schema, &batches)?)
 }

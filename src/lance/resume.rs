@@ -79,6 +79,30 @@ pub async fn dataset_exists(uri: &str) -> bool {
     !matches!(Dataset::open(uri).await, Err(lance::Error::DatasetNotFound { .. }))
 }
 
+/// The Lance dataset at `uri` when there is one, opened once (on an object store, finding out whether it
+/// exists is opening it); `None` where [`dataset_exists`] says no.
+pub async fn open_existing(uri: &str) -> crate::Result<Option<Dataset>> {
+    let opened = |r: lance::Result<Dataset>| {
+        r.map(Some).map_err(|e| crate::Error::Lance {
+            uri: uri.to_string(),
+            message: format!("cannot open: {}", super::lance_message(&e)),
+        })
+    };
+    if crate::stores::is_local(uri) {
+        if !Path::new(uri).join("_versions").is_dir() {
+            return Ok(None);
+        }
+        return opened(Dataset::open(uri).await);
+    }
+    if !crate::stores::is_supported(uri) {
+        return Ok(None);
+    }
+    match Dataset::open(uri).await {
+        Err(lance::Error::DatasetNotFound { .. }) => Ok(None),
+        r => opened(r),
+    }
+}
+
 /// The id column of a dataset's latest version, as a table whose id type matches the writer's input.
 #[derive(Debug)]
 pub struct ExistingIds {
@@ -161,10 +185,9 @@ pub async fn id_arrays(
     let lance_err = |e: lance::Error| -> DataFusionError {
         crate::Error::Lance { uri: uri.to_string(), message: e.to_string() }.into()
     };
-    if !dataset_exists(uri).await {
+    let Some(ds) = open_existing(uri).await? else {
         return Ok(Box::pin(futures::stream::empty()));
-    }
-    let ds = Dataset::open(uri).await.map_err(lance_err)?;
+    };
     if ds.schema().field(column).is_none() {
         let e =
             crate::Error::Lance { uri: uri.to_string(), message: format!("has no id column `{column}` to resume by") };

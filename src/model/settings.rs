@@ -34,9 +34,14 @@ pub struct CallSettings {
 impl CallSettings {
     /// The length of the vectors these settings make from a model of `model_dim` dimensions.
     pub fn out_dim(&self, model_dim: usize) -> usize {
-        match self.truncate_dim {
-            0 => model_dim,
-            n => n.min(model_dim),
-        }
+        cut_dim(model_dim, self.truncate_dim)
+    }
+}
+
+/// The length of a model's `model_dim`-long vectors cut to `truncate_dim` (0 keeps them whole).
+pub fn cut_dim(model_dim: usize, truncate_dim: usize) -> usize {
+    match truncate_dim {
+        0 => model_dim,
+        n => n.min(model_dim),
     }
 }

@@ -272,10 +272,7 @@ impl ScalarUDFImpl for EmbedDimUdf {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
         let spec = ModelSpec::load(options.model_dir())?;
-        let dim = match options.truncate_dim {
-            0 => spec.dim,
-            n => n.min(spec.dim),
-        };
+        let dim = crate::model::settings::cut_dim(spec.dim, options.truncate_dim);
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(dim as i32))))
     }
 

@@ -1,6 +1,8 @@
 //! Shared helpers: a session on the default model, running SQL, reading vectors out of results.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Float32Type;
@@ -106,4 +108,26 @@ pub fn assert_same_vectors(compare: &std::process::Output, rows: u64) {
         (Some(rows), Some(0), Some(0))
     );
     assert!(c["max_abs_diff"].as_f64().unwrap() <= 1e-6, "{c}");
+}
+
+/// The python of the tests' tools (pylance, moto): `EMBED_PIPELINE_TEST_PYTHON` as scripts/test sets it, or
+/// what `scripts/setup --test-tools --print` installs and names.
+pub fn test_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        if let Some(p) = std::env::var_os("EMBED_PIPELINE_TEST_PYTHON") {
+            return PathBuf::from(p);
+        }
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
+        let o = Command::new(setup).args(["--test-tools", "--print"]).output().unwrap();
+        assert!(o.status.success(), "scripts/setup --test-tools: {}", String::from_utf8_lossy(&o.stderr));
+        PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
+    })
+}
+
+/// Run a Python script with the tests' tools; its stdout.
+pub fn python(script: &str, args: &[&str], env: &[(&str, String)]) -> String {
+    let o = Command::new(test_python()).arg("-c").arg(script).args(args).envs(env.iter().cloned()).output().unwrap();
+    assert!(o.status.success(), "python failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }

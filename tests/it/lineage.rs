@@ -32,6 +32,14 @@ fn export(args: &[&str], dir: &Path) -> Output {
         .unwrap()
 }
 
+/// The test's checkpoint `ckpt` exported into `out`, with its training data, base and check texts, and `extra`.
+fn export_ckpt(dir: &Path, out: &str, extra: &[&str]) -> Output {
+    let mut args =
+        vec!["ckpt", out, "--train-data", "train.lance@1", "--base", "test/tiny-bert@seed0", "--check-texts", "check.jsonl"];
+    args.extend_from_slice(extra);
+    export(&args, dir)
+}
+
 /// A tiny, randomly initialised sentence-transformers checkpoint in `dir/name`, as sentence-transformers 6
 /// saves it, with the default model's tokenizer.
 fn tiny_checkpoint(dir: &Path, name: &str) -> PathBuf {
@@ -97,21 +105,7 @@ fn export_verify_embed_and_prove_the_chain_then_break_each_link() {
     let ckpt = tiny_checkpoint(dir, "ckpt");
     std::fs::write(dir.join("check.jsonl"), "\"a user's own text\"\n{\"text\": \"another one\"}\n").unwrap();
     for (dtype, out, floor) in [("float32", "m32", 0.99999), ("float16", "m16", 0.999)] {
-        let o = export(
-            &[
-                "ckpt",
-                out,
-                "--dtype",
-                dtype,
-                "--train-data",
-                "train.lance@1",
-                "--base",
-                "test/tiny-bert@seed0",
-                "--check-texts",
-                "check.jsonl",
-            ],
-            dir,
-        );
+        let o = export_ckpt(dir, out, &["--dtype", dtype]);
         let (_, err) = text(&o);
         assert!(o.status.success(), "{dtype}: {err}");
         assert!(err.contains("verified on 18 texts"), "{err}");
@@ -139,19 +133,7 @@ fn export_verify_embed_and_prove_the_chain_then_break_each_link() {
     assert!(!o.status.success() && text(&o).1.contains("fingerprint"), "{:?}", text(&o));
     // The same checkpoint exported again (another time, another folder: what scripts/setup does on each
     // machine) is the same lineage, so the campaign goes on with it.
-    let o = export(
-        &[
-            "ckpt",
-            "m32-again",
-            "--train-data",
-            "train.lance@1",
-            "--base",
-            "test/tiny-bert@seed0",
-            "--check-texts",
-            "check.jsonl",
-        ],
-        dir,
-    );
+    let o = export_ckpt(dir, "m32-again", &[]);
     assert!(o.status.success(), "{:?}", text(&o));
     assert_ne!(
         std::fs::read(dir.join("m32/lineage.json")).unwrap(),

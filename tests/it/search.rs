@@ -135,7 +135,7 @@ fn search_on_the_quickstart_output_finds_talking_dogs_and_agrees_with_pylance() 
     let o = pipeline(&["embed", "--model", &model, "a dog that can talk"], dir);
     assert!(o.status.success(), "{:?}", text(&o));
     let dataset = dir.join("out/quickstart.lance").display().to_string();
-    let py = super::stores::python(PYLANCE_NEAREST, &[&dataset, String::from_utf8_lossy(&o.stdout).trim()], &[]);
+    let py = crate::common::python(PYLANCE_NEAREST, &[&dataset, String::from_utf8_lossy(&o.stdout).trim()], &[]);
     let py: Value = serde_json::from_str(&py).unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
     let py_ids: Vec<&str> = py["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();

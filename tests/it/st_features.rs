@@ -177,7 +177,7 @@ async fn float16_output_is_stored_as_float16_within_half_precision_and_refused_b
     assert!(o.status.success(), "{:?}", text(&o));
     let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(hits.as_array().unwrap().len(), 3);
-    let py = crate::stores::python(
+    let py = crate::common::python(
         "import sys, lance; print(lance.dataset(sys.argv[1]).schema.field('embedding').type.value_type)",
         &[&d.join("half.lance").display().to_string()],
         &[],

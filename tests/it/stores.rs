@@ -3,36 +3,13 @@
 //! there, compared with a local run, and read back with pylance as a user would.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::model_dir;
-
-/// The python of the tests' tools (pylance, moto): `EMBED_PIPELINE_TEST_PYTHON` as scripts/test sets it, or
-/// what `scripts/setup --test-tools --print` installs and names.
-pub fn test_python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        if let Some(p) = std::env::var_os("EMBED_PIPELINE_TEST_PYTHON") {
-            return PathBuf::from(p);
-        }
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
-        let o = Command::new(setup).args(["--test-tools", "--print"]).output().unwrap();
-        assert!(o.status.success(), "scripts/setup --test-tools: {}", String::from_utf8_lossy(&o.stderr));
-        PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
-    })
-}
-
-/// Run a Python script with the tests' tools; its stdout.
-pub fn python(script: &str, args: &[&str], env: &[(&str, String)]) -> String {
-    let o = Command::new(test_python()).arg("-c").arg(script).args(args).envs(env.iter().cloned()).output().unwrap();
-    assert!(o.status.success(), "python failed:\n{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::common::{model_dir, python, test_python};
 
 /// moto's S3 server on a free port of 127.0.0.1, killed when dropped.
 struct S3Server {
