@@ -22,6 +22,7 @@ pub mod model;
 pub mod options;
 pub mod plan;
 pub mod script;
+pub mod search;
 pub mod session;
 pub mod sources;
 pub mod stores;

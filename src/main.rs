@@ -2,19 +2,25 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use embedding_pipeline::cli::{self, Cli};
+use embedding_pipeline::cli;
 
 /// Warnings only, less Lance's note that a COPY creates a new dataset.
 const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    end_quietly_on_a_closed_pipe();
+    let (cli, inputs) = cli::parse();
+    // -v / -q first, then RUST_LOG, then warnings only.
+    let filter = match cli.log_filter() {
+        Some(level) => tracing_subscriber::EnvFilter::new(level),
+        None => tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| QUIET_LOGS.into()),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| QUIET_LOGS.into()))
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -22,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(cli::main(cli));
+    let result = runtime.block_on(cli::main(cli, inputs));
     // Do not wait for blocking work nobody needs any more (a model call or token count started before a
     // stop): its results are never used, and nothing it does is written.
     runtime.shutdown_background();
@@ -48,5 +54,16 @@ fn limit_malloc_arenas() {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             libc::mallopt(libc::M_ARENA_MAX, (cores / 2).max(2) as i32);
         }
+    }
+}
+
+/// `pipeline run … | head` ends the program when `head` has read enough, as it ends `cat` or `grep`, instead of
+/// a panic at the next print. Rust ignores SIGPIPE, so a print to a closed pipe fails, and `println!` panics.
+/// A write into Lance stopped this way keeps its commits, as after any kill; a rerun resumes.
+fn end_quietly_on_a_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restores the default action for SIGPIPE before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -114,8 +114,17 @@ impl ExtensionOptions for EmbedConfig {
         Ok(())
     }
 
+    /// Keyed `embed.<key>`, as `SET` names them: DataFusion lists an extension's entries under exactly these
+    /// keys (in `SHOW ALL` and `information_schema.df_settings`) and adds no prefix of its own.
     fn entries(&self) -> Vec<ConfigEntry> {
-        self.0.entries()
+        self.0
+            .entries()
+            .into_iter()
+            .map(|mut e| {
+                e.key = format!("{}.{}", Self::PREFIX, e.key);
+                e
+            })
+            .collect()
     }
 }
 

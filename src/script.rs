@@ -66,6 +66,13 @@ pub fn split_statements(text: &str) -> Result<Vec<Statement>, String> {
     Ok(out)
 }
 
+/// Whether `text` ends a statement: its last token, outside strings and comments, is a `;`. Text with an
+/// unterminated string or comment does not.
+pub fn ends_statement(text: &str) -> bool {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, text).tokenize() else { return false };
+    tokens.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))).is_some_and(|t| matches!(t, Token::SemiColon))
+}
+
 /// Parse every statement, without planning or running any, so that a syntax error anywhere in a job is
 /// reported before its first statement runs. `SET datafusion.…` statements are applied to a copy of
 /// `state` as they come, so a job that changes `datafusion.sql_parser.dialect` is parsed as it will run.
@@ -152,6 +159,13 @@ mod tests {
         assert_eq!(s[1].sql, "SELECT 2");
         assert_eq!(split("SELECT 1; -- done\n").len(), 1);
         assert!(split("  \n-- nothing\n").is_empty());
+    }
+
+    #[test]
+    fn a_statement_ends_at_a_semicolon_outside_strings_and_comments() {
+        assert!(ends_statement("SELECT 1;") && ends_statement("SELECT 1; -- done\n"));
+        assert!(!ends_statement("SELECT 'a;") && !ends_statement("SELECT 1 /* ; */") && !ends_statement("SELECT 1"));
+        assert!(!ends_statement("SELECT 1;\nSELECT 2"));
     }
 
     #[test]

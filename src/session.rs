@@ -34,7 +34,8 @@ impl EmbedSession {
     pub fn with_options(options: EmbedOptions) -> Result<Self> {
         options.check_all()?;
         let metrics = Arc::new(RunMetrics::default());
-        let config = SessionConfig::new().with_option_extension(EmbedConfig(options.clone()));
+        let config =
+            SessionConfig::new().with_information_schema(true).with_option_extension(EmbedConfig(options.clone()));
         let runtime =
             RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
         let mut state = SessionStateBuilder::new()
@@ -51,6 +52,7 @@ impl EmbedSession {
         for udf in embed_udfs(&options, Arc::clone(&metrics)) {
             ctx.register_udf(udf);
         }
+        ctx.register_udtf("embed_search", Arc::new(crate::udf::EmbedSearchFunc));
         Ok(Self { ctx, metrics })
     }
 

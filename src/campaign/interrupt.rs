@@ -14,3 +14,8 @@ pub fn request_stop() {
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
+
+/// Forget a stop that was honoured: `pipeline sql` goes on to its next statement.
+pub fn clear_stop() {
+    STOP.store(false, Ordering::SeqCst);
+}

@@ -11,7 +11,7 @@ use crate::campaign::fingerprint::sha256_file;
 use crate::campaign::lineage::{self, LINEAGE_FILE, Link};
 use crate::campaign::plan::{Plan, hex_sha256};
 use crate::campaign::{Fingerprint, RunRecord};
-use crate::lance::inspect::run_record;
+use crate::lance::inspect::newest_run_record;
 use crate::lance::open_dataset;
 use crate::lance::sink::fingerprint_of_dataset;
 
@@ -74,15 +74,7 @@ pub async fn report(location: &str, verify: bool) -> anyhow::Result<LineageRepor
     let ds = open_dataset(location).await?;
     let version = ds.version().version;
     let fingerprint = fingerprint_of_dataset(&ds)?;
-    // The newest run record at or before this version: a version made by something else (a compaction,
-    // a tag) keeps the vectors of the runs before it.
-    let mut run: Option<(u64, RunRecord)> = None;
-    for v in existing_versions(&ds, version).await? {
-        if let Some(r) = run_record(&ds, v).await? {
-            run = Some((v, r));
-            break;
-        }
-    }
+    let run = newest_run_record(&ds, version, |_| true).await?;
     let record = run.as_ref().and_then(|(_, r)| r.lineage.clone());
     let model_dir = run.as_ref().and_then(|(_, r)| r.model_dir.clone());
 
@@ -125,14 +117,6 @@ pub async fn report(location: &str, verify: bool) -> anyhow::Result<LineageRepor
         chain,
         checks,
     })
-}
-
-/// The versions of `ds` still there, up to `version`, newest first (a cleanup removes older ones).
-pub async fn existing_versions(ds: &lance::Dataset, version: u64) -> anyhow::Result<Vec<u64>> {
-    let mut versions: Vec<u64> =
-        ds.versions().await?.into_iter().map(|v| v.version).filter(|v| *v <= version).collect();
-    versions.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(versions)
 }
 
 /// Re-check every link that can be reached.

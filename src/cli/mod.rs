@@ -10,12 +10,15 @@ pub mod histogram;
 pub mod inspect;
 pub mod invariance;
 pub mod job;
+pub mod job_input;
 pub mod json_lines;
 pub mod lineage;
+pub mod maintain;
 pub mod plan;
 pub mod probe;
 pub mod run;
 pub mod search;
+pub mod shell;
 pub mod trial;
 
 use std::path::PathBuf;
@@ -24,10 +27,59 @@ use clap::{Parser, Subcommand};
 
 /// Embedding campaigns over text corpora with SQL, into versioned Lance datasets.
 #[derive(Debug, Parser)]
-#[command(name = "pipeline", version, about)]
+#[command(name = "pipeline", about, disable_version_flag = true, arg_required_else_help = true)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// Print the versions of the pipeline, DataFusion, Lance and the ONNX Runtime it loads.
+    #[arg(short = 'V', long)]
+    pub version: bool,
+    /// More log output: -v for info, -vv for debug, -vvv for trace (RUST_LOG is used when neither -v nor -q
+    /// is given).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Print only results and errors: no progress, notes or summaries, and errors only in the log.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+impl Cli {
+    /// The log filter the flags ask for, if they ask for one.
+    pub fn log_filter(&self) -> Option<&'static str> {
+        match (self.quiet, self.verbose) {
+            (true, _) => Some("error"),
+            (false, 0) => None,
+            (false, 1) => Some("info"),
+            (false, 2) => Some("debug"),
+            (false, _) => Some("trace"),
+        }
+    }
+}
+
+/// How query results print (`pipeline run` and `pipeline sql`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Output {
+    /// table, csv, json or ndjson (csv, json and ndjson carry vectors in full).
+    #[arg(long, value_enum, default_value_t = display::Format::Table)]
+    pub format: display::Format,
+    /// At most this many rows of each result; inf for all.
+    #[arg(long, value_name = "N", default_value = "1000")]
+    pub maxrows: display::MaxRows,
+}
+
+/// What a job's session starts from: options and variables (`pipeline run` and `pipeline sql`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobSettings {
+    /// Where the model runs: cpu, cuda, cuda:N or cuda:N,M (sets embed.device; a SET in the job wins).
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// Set an option before the job runs, e.g. --set embed.batch_tokens=8192 (repeatable). A job that SETs
+    /// the same key is refused.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// A value for ${NAME} in the job's text, e.g. --var CORPUS=data/a.jsonl (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
 }
 
 /// Where ONNX Runtime comes from; only the commands that run the model take it.
@@ -50,20 +102,24 @@ impl Runtime {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the SQL statements of a job file in order, printing each query's result.
+    /// Run the SQL statements of job files (`-` reads one from standard input) and of -c, in the order
+    /// given, printing each query's result. Every statement parses before the first one runs.
+    #[command(arg_required_else_help = true)]
     Run {
-        /// The job file.
-        file: PathBuf,
-        /// Where the model runs: cpu, cuda, cuda:N or cuda:N,M (sets embed.device; a SET in the job wins).
-        #[arg(long, value_name = "DEVICE")]
-        device: Option<String>,
+        /// Job files; `-` is a job on standard input.
+        #[arg(value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// SQL statements to run (repeatable), in order with the job files.
+        #[arg(short = 'c', long = "command", value_name = "SQL")]
+        commands: Vec<String>,
+        #[command(flatten)]
+        settings: JobSettings,
+        #[command(flatten)]
+        output: Output,
         /// Start every Lance output over: embed all rows again and commit them as a new version that
         /// replaces the rows (older versions stay readable), instead of resuming.
         #[arg(long)]
         restart: bool,
-        /// Print only results and errors.
-        #[arg(long, short)]
-        quiet: bool,
         /// Execute the plan in this directory (made by pipeline plan) instead of the one beside the
         /// output (<output>.plan/, used when it exists).
         #[arg(long, value_name = "DIR", conflicts_with = "no_plan")]
@@ -202,6 +258,60 @@ pub enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    /// An interactive SQL shell over a campaign's session (`embed()`, Lance tables, `embed.*` options), with
+    /// line editing and history; statements end with `;`. Job files given first set it up. Reads statements
+    /// from standard input when that is not a terminal.
+    Sql {
+        /// Job files to run first (e.g. the CREATE statements of a campaign).
+        #[arg(value_name = "FILE")]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        settings: JobSettings,
+        #[command(flatten)]
+        output: Output,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Print a completion script for a shell, e.g. `pipeline completions bash > ~/.local/share/bash-completion/completions/pipeline`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Build a vector index on a dataset's vectors, which pipeline search (and any Lance reader) then uses:
+    /// a new version recording the kind, metric and rows indexed. Rebuilding replaces the index.
+    Index {
+        /// The Lance dataset.
+        dataset: String,
+        /// ivf_pq (small, fast; needs 256 rows) or ivf_hnsw_sq (more recall, more memory).
+        #[arg(long, value_enum, default_value_t = crate::lance::maintain::IndexKind::IvfPq)]
+        kind: crate::lance::maintain::IndexKind,
+        /// cosine, l2 or dot: the metric searches must use for the index to serve them.
+        #[arg(long, default_value = "cosine", value_parser = ["cosine", "l2", "dot"])]
+        metric: String,
+        /// The vector column.
+        #[arg(long, default_value = "embedding")]
+        column: String,
+        /// IVF partitions (default: Lance's choice from the row count).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        partitions: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compact a dataset's small fragments (a campaign's many commits) into large ones, remapping indices,
+    /// then remove versions older than --older-than except tagged ones and the latest; records both in a
+    /// new version.
+    Optimize {
+        /// The Lance dataset.
+        dataset: String,
+        /// Remove versions older than this (0s: all but tagged ones and the latest). Their run records go
+        /// with them: tag a version (embed.tag) to keep it.
+        #[arg(long, default_value = "7d", value_name = "DURATION")]
+        older_than: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a dataset's fingerprint, versions with their run records, tags, row count and id uniqueness.
     Inspect {
         /// The Lance dataset.
@@ -302,10 +412,64 @@ pub enum Command {
     },
 }
 
-/// Run the parsed command line.
-pub async fn main(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Run { file, restart, device, quiet, plan, no_plan, runtime } => {
+/// The command line, parsed; and `pipeline run`'s job files and `-c` statements in the order they were given
+/// (clap keeps each kind in order, not the two together).
+pub fn parse() -> (Cli, Vec<job_input::Input>) {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut inputs: Vec<(usize, job_input::Input)> = Vec::new();
+    if let Some(run) = matches.subcommand_matches("run") {
+        if let (Some(files), Some(at)) = (run.get_many::<PathBuf>("files"), run.indices_of("files")) {
+            inputs.extend(at.zip(files.map(|f| job_input::Input::from_arg(f.clone()))));
+        }
+        if let (Some(sql), Some(at)) = (run.get_many::<String>("commands"), run.indices_of("commands")) {
+            inputs.extend(at.zip(sql.map(|c| job_input::Input::Command(c.clone()))));
+        }
+    }
+    inputs.sort_by_key(|(at, _)| *at);
+    (cli, inputs.into_iter().map(|(_, i)| i).collect())
+}
+
+/// The versions `pipeline --version` prints: this program, the engines it is built on, and the ONNX Runtime
+/// library it would load (which is found at run time, so it may be missing).
+pub fn versions() -> String {
+    let d = devices::devices();
+    let ort = match (d.onnxruntime_version, d.onnxruntime_library, d.onnxruntime_error) {
+        (Some(v), Some(lib), _) => format!("{v} ({lib})"),
+        (None, Some(lib), _) => format!("unknown version ({lib})"),
+        (_, _, Some(e)) => format!("not loaded: {}", plain(&e)),
+        _ => "not loaded".into(),
+    };
+    format!(
+        "pipeline {}\nDataFusion {}\nLance {}\nONNX Runtime {ort}, through ort {} (C API {})",
+        env!("CARGO_PKG_VERSION"),
+        datafusion::DATAFUSION_VERSION,
+        LANCE_VERSION,
+        ORT_CRATE_VERSION,
+        ort::sys::ORT_API_VERSION,
+    )
+}
+
+/// The Lance crate this build uses (pinned in Cargo.toml; a unit test holds the two together).
+pub const LANCE_VERSION: &str = "14.0.2";
+/// The ort crate this build uses (pinned in Cargo.toml; a unit test holds the two together).
+pub const ORT_CRATE_VERSION: &str = "2.0.0-rc.15";
+
+/// Run the parsed command line; `inputs` are `pipeline run`'s job files and `-c` statements, in order.
+pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()> {
+    if cli.version {
+        println!("{}", versions());
+        return Ok(());
+    }
+    let quiet = cli.quiet;
+    let Some(command) = cli.command else {
+        use clap::CommandFactory;
+        Cli::command().print_help()?;
+        return Ok(());
+    };
+    match command {
+        Command::Run { files: _, commands: _, settings, output, restart, plan, no_plan, runtime } => {
             runtime.apply();
             stop_on_signals();
             let plans = match (plan, no_plan) {
@@ -313,7 +477,20 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
                 (None, true) => run::PlanChoice::Off,
                 (None, false) => run::PlanChoice::Beside,
             };
-            run::run_file(&file, restart, device, quiet, &plans).await
+            let (statements, run_settings) = job(&inputs, settings, output, restart, quiet, plans, false)?;
+            run::run_job(&statements, &run_settings).await
+        }
+        Command::Sql { files, settings, output, runtime } => {
+            runtime.apply();
+            let inputs: Vec<_> = files.into_iter().map(job_input::Input::from_arg).collect();
+            let (statements, run_settings) =
+                job(&inputs, settings, output, false, quiet, run::PlanChoice::Beside, true)?;
+            shell::shell(&statements, &run_settings).await
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "pipeline", &mut std::io::stdout());
+            Ok(())
         }
         Command::Plan { file, json, units, unit_tokens, runtime } => {
             runtime.apply();
@@ -344,6 +521,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             runtime.apply();
             search::search(&args).await
         }
+        Command::Index { dataset, kind, metric, column, partitions, json } => {
+            maintain::index(&dataset, &column, kind, &metric, partitions.map(|p| p as usize), json).await
+        }
+        Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
         Command::Compare {
@@ -372,22 +553,48 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// A job's statements, variables filled, and the settings it runs with.
+fn job(
+    inputs: &[job_input::Input],
+    settings: JobSettings,
+    output: Output,
+    restart: bool,
+    quiet: bool,
+    plans: run::PlanChoice,
+    allow_none: bool,
+) -> anyhow::Result<(Vec<job_input::JobStatement>, run::RunSettings)> {
+    if inputs.is_empty() && !allow_none {
+        anyhow::bail!("give a job file, - for a job on standard input, or -c 'SQL'");
+    }
+    let vars = job_input::parse_vars(&settings.vars)?;
+    let sets = job_input::parse_sets(&settings.sets)?;
+    let (statements, unused) = job_input::read_statements(inputs, &vars)?;
+    job_input::check_sets_against_job(&sets, &statements)?;
+    if !unused.is_empty() {
+        eprintln!("warning: --var {} is not used by the job (no ${{…}} names it)", unused.join(", --var "));
+    }
+    let style = display::ResultStyle { format: output.format, max_rows: output.maxrows };
+    Ok((statements, run::RunSettings { restart, device: settings.device, quiet, plans, sets, style }))
+}
+
 /// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once.
 ///
 /// The signals are watched on a thread of their own, so that a second one is answered even while the
 /// main runtime is busy or shutting down.
-fn stop_on_signals() {
+pub(crate) fn stop_on_signals() {
     let watcher = || -> std::io::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async {
             use tokio::signal::unix::{SignalKind, signal};
             let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
-            for n in 0.. {
+            // NOTE: a `for` over an endless range, not `loop`, so that the block's `Ok(())` still types it.
+            for _ in 0u64.. {
                 tokio::select! {
                     _ = int.recv() => {}
                     _ = term.recv() => {}
                 }
-                if n == 0 {
+                // The first since the last stop was honoured (pipeline sql clears it after each statement).
+                if !crate::campaign::interrupt::stop_requested() {
                     eprintln!("stopping: committing the rows already embedded (press ctrl-C again to exit at once)");
                     crate::campaign::interrupt::request_stop();
                 } else {

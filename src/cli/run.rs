@@ -1,29 +1,27 @@
-//! `pipeline run FILE`: the job file's statements in order, each query's result printed, a line per
+//! `pipeline run [FILE|-]… [-c SQL]…`: the job's statements in order, each query's result printed, a line per
 //! write, and a summary of the whole run.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use futures::StreamExt;
 
-use super::display::format_batches;
+use super::display::{Format, ResultStyle, ResultWriter};
+use super::job_input::JobStatement;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
 use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
 use crate::lance::resume::{ExistingIds, WriteTarget, count_done, open_existing, write_target};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns, fingerprint_of_dataset};
 use crate::options::EmbedOptions;
-use crate::script::{Statement, parse_all, split_statements};
+use crate::script::{Statement, parse_all};
 use crate::session::EmbedSession;
-
-/// Rows of one query's result shown before the rest is cut off.
-const MAX_SHOWN_ROWS: usize = 1000;
 
 /// Which plan (`pipeline plan`) a write executes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,33 +35,54 @@ pub enum PlanChoice {
     Off,
 }
 
-/// Run a job file. The error names the statement and its line.
-pub async fn run_file(
-    file: &Path,
-    restart: bool,
-    device: Option<String>,
-    quiet: bool,
-    plans: &PlanChoice,
-) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
-    let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
-    if statements.is_empty() {
-        return Err(anyhow!("job file {} holds no SQL statements", file.display()));
-    }
-    let mut options = EmbedOptions { restart, ..EmbedOptions::default() };
-    if let Some(device) = device {
-        options.device = device;
+/// How `pipeline run` runs a job.
+#[derive(Debug, Clone, Default)]
+pub struct RunSettings {
+    /// Start every Lance output over instead of resuming.
+    pub restart: bool,
+    /// `embed.device` before the job's own SETs.
+    pub device: Option<String>,
+    /// Print only results and errors.
+    pub quiet: bool,
+    pub plans: PlanChoice,
+    /// `--set key=value`, applied before the first statement.
+    pub sets: Vec<(String, String)>,
+    /// How query results print.
+    pub style: ResultStyle,
+}
+
+/// A session for a job: `--device` and `--set` applied.
+pub async fn job_session(settings: &RunSettings) -> anyhow::Result<EmbedSession> {
+    let mut options = EmbedOptions { restart: settings.restart, ..EmbedOptions::default() };
+    if let Some(device) = &settings.device {
+        options.device = device.clone();
     }
     let session = EmbedSession::with_options(options)?;
+    for (key, value) in &settings.sets {
+        // Through SQL, as a job's own SET: the same checks, and embed() follows a new embed.model.
+        session
+            .context()
+            .sql(&format!("SET {key} = '{}'", value.replace('\'', "''")))
+            .await
+            .map_err(|e| anyhow!("--set {key}={value}: {}", super::error_chain(&e.into())))?;
+    }
+    Ok(session)
+}
+
+/// Run a job's statements in order. The error names the statement, where it came from and its line.
+pub async fn run_job(statements: &[JobStatement], settings: &RunSettings) -> anyhow::Result<()> {
+    let quiet = settings.quiet;
+    let session = job_session(settings).await?;
     // Every statement parses before the first one runs: a typo at the end must not wait for an hour of COPY.
-    parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
-        let stmt = &statements[i];
+    let plain: Vec<Statement> = statements.iter().map(|s| s.stmt.clone()).collect();
+    parse_all(&session.context().state(), &plain).map_err(|(i, e)| {
+        let s = &statements[i];
         anyhow!(
             "{}: statement {} (line {}) does not parse, so nothing was run: {e}\n  {}",
-            file.display(),
-            stmt.index,
-            stmt.line,
-            stmt.sql.lines().next().unwrap_or_default()
+            s.source,
+            s.stmt.index,
+            s.stmt.line,
+            s.stmt.sql.lines().next().unwrap_or_default()
         )
     })?;
     let others = other_runs();
@@ -77,27 +96,11 @@ pub async fn run_file(
     }
     let started = Instant::now();
     let mut json_sources = Vec::new();
-    for stmt in &statements {
+    for s in statements {
         if interrupt::stop_requested() {
-            return Err(anyhow!("{}: stopped before statement {} (line {})", file.display(), stmt.index, stmt.line));
+            return Err(anyhow!("{}: stopped before statement {} (line {})", s.source, s.stmt.index, s.stmt.line));
         }
-        run_statement(&session, stmt, quiet, plans, &mut json_sources).await.map_err(|e| {
-            let chain = super::error_chain(&e);
-            // Arrow's JSON errors say what, not where: find the line.
-            let located = chain
-                .contains("Json error")
-                .then(|| json_sources.iter().rev().find_map(|l| super::json_lines::first_bad_line(l)))
-                .flatten()
-                .map(|(f, line, why)| format!("\n  {} line {line}: {why}", f.display()))
-                .unwrap_or_default();
-            anyhow!(
-                "{}: statement {} (line {}) failed: {chain}{located}\n  {}",
-                file.display(),
-                stmt.index,
-                stmt.line,
-                stmt.sql.lines().next().unwrap_or_default()
-            )
-        })?;
+        run_labelled(&session, s, settings, &mut json_sources).await?;
     }
     if !quiet {
         print_summary(&session, started, started.elapsed().as_secs_f64());
@@ -106,6 +109,35 @@ pub async fn run_file(
         }
     }
     Ok(())
+}
+
+/// Run one of a job's statements; the error names it, where it came from and its line.
+/// `json_sources` collects the locations of the JSON tables the job creates, to find a bad line in.
+pub(crate) async fn run_labelled(
+    session: &EmbedSession,
+    s: &JobStatement,
+    settings: &RunSettings,
+    json_sources: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let JobStatement { source, stmt } = s;
+    run_statement(session, stmt, settings.quiet, &settings.plans, settings.style, json_sources).await.map_err(|e| {
+        let chain = super::error_chain(&e);
+        // Arrow's JSON errors say what, not where: find the line.
+        let located = chain
+            .contains("Json error")
+            .then(|| json_sources.iter().rev().find_map(|l| super::json_lines::first_bad_line(l)))
+            .flatten()
+            .map(|(f, line, why)| format!("\n  {} line {line}: {why}", f.display()))
+            .unwrap_or_default();
+        // The shell's statements come from no file: they are named by their place alone.
+        let source = if source.is_empty() { String::new() } else { format!("{source}: ") };
+        anyhow!(
+            "{source}statement {} (line {}) failed: {chain}{located}\n  {}",
+            stmt.index,
+            stmt.line,
+            stmt.sql.lines().next().unwrap_or_default()
+        )
+    })
 }
 
 /// Other `pipeline run` processes of this same program on this machine, by process id.
@@ -151,6 +183,7 @@ async fn run_statement(
     stmt: &Statement,
     quiet: bool,
     plans: &PlanChoice,
+    style: ResultStyle,
     json_sources: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     let writes_before = session.metrics().writes().len();
@@ -268,31 +301,29 @@ async fn run_statement(
         }
         return Ok(());
     }
-    let (mut shown, mut rows) = (Vec::new(), 0usize);
-    let mut cut = false;
+    let schema = stream.schema();
+    let mut writer = ResultWriter::new(style.format, std::io::stdout().lock());
+    let (mut rows, mut cut) = (0usize, false);
     while let Some(batch) = stream.next().await {
         if interrupt::stop_requested() {
             return Err(anyhow!("stopped"));
         }
         let batch = batch?;
-        let take = batch.num_rows().min(MAX_SHOWN_ROWS - rows);
+        let take = style.max_rows.0.map_or(batch.num_rows(), |max| batch.num_rows().min(max - rows));
         rows += take;
-        shown.push(batch.slice(0, take));
-        if rows >= MAX_SHOWN_ROWS {
+        writer.write(&batch.slice(0, take))?;
+        if style.max_rows.0.is_some_and(|max| rows >= max) {
             cut = true;
             break;
         }
     }
-    let mut out = std::io::stdout().lock();
-    if rows == 0 {
-        // A table of no rows still shows its columns.
-        let header = format_batches(&[RecordBatch::new_empty(stream.schema())])?;
-        writeln!(out, "{header}\n(0 rows)")?;
-        return Ok(());
-    }
-    writeln!(out, "{}", format_batches(&shown)?)?;
+    writer.finish(&schema)?;
     if cut {
-        writeln!(out, "(showing the first {MAX_SHOWN_ROWS} rows; add a LIMIT, or COPY the result to a file)")?;
+        let note = format!(
+            "(showing the first {rows} rows; add a LIMIT, give --maxrows N or inf, or COPY the result to a file)"
+        );
+        // Machine-read formats keep their output clean.
+        if style.format == Format::Table { println!("{note}") } else { eprintln!("{note}") }
     }
     Ok(())
 }

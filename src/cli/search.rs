@@ -8,16 +8,10 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
-use datafusion::arrow::array::{Array, AsArray, Float32Array, RecordBatch};
+use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
-use lance_linalg::distance::MetricType;
 
-use crate::campaign::Fingerprint;
-use crate::lance::inspect::run_record;
-use crate::lance::open_dataset;
-use crate::lance::sink::fingerprint_of_dataset;
-use crate::model::TextEmbedder;
-use crate::options::EmbedOptions;
+use crate::search::{SearchRequest, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
 #[derive(clap::Args, Debug)]
@@ -51,31 +45,36 @@ pub struct SearchArgs {
     /// The id column the join matches on.
     #[arg(long = "id", value_name = "COLUMN", default_value = "id")]
     pub id_column: String,
+    /// Search every vector, without the dataset's vector index (pipeline index), which is otherwise used
+    /// when the metric matches its own.
+    #[arg(long)]
+    pub exact: bool,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
     /// under `passage`) instead of the documents' prompt; the rest of the fingerprint must still match.
     #[arg(long, value_name = "NAME")]
     pub prompt_name: Option<String>,
 }
 
-/// The options that reproduce `fp` with the model in `dir`.
-fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
-    let mut options = EmbedOptions::default().with_model(dir.display().to_string());
-    options.max_tokens = fp.max_tokens;
-    options.truncation = fp.truncation.clone();
-    options.pooling = fp.pooling.clone();
-    options.normalize = fp.normalize.to_string();
-    // The prompt by its name where the fingerprint has one; otherwise exactly its prefix, and not a default
-    // prompt the model may have gained since.
-    options.prefix = fp.prefix.clone();
-    options.prompt_name = if fp.prompt_name.is_empty() { "none".into() } else { fp.prompt_name.clone() };
-    options.truncate_dim = fp.truncate_dim;
-    options.precision = fp.dtype.clone();
-    options
+impl SearchArgs {
+    /// The search these arguments ask for.
+    pub fn request(&self) -> SearchRequest {
+        SearchRequest {
+            dataset: self.dataset.clone(),
+            query: self.query.clone(),
+            k: self.k,
+            filter: self.filter.clone(),
+            model: self.model.clone(),
+            column: self.column.clone(),
+            metric: self.metric.clone(),
+            exact: self.exact,
+            prompt_name: self.prompt_name.clone(),
+        }
+    }
 }
 
 /// Search and print the nearest rows, nearest first, with their distance (`_distance`).
 pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
-    let mut batch = nearest(args).await?;
+    let mut batch = nearest(&args.request()).await?;
     if let Some(source) = &args.join {
         batch = join_source(batch, source, &args.id_column).await?;
     }
@@ -160,101 +159,4 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
         batches.iter().map(|b| b.project(&(0..b.num_columns() - 1).collect::<Vec<_>>())).collect::<Result<_, _>>()?;
     let schema = batches.first().map(|b| b.schema()).unwrap_or_else(|| hits.schema());
     Ok(datafusion::arrow::compute::concat_batches(&schema, &batches)?)
-}
-
-/// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
-pub async fn nearest(args: &SearchArgs) -> anyhow::Result<RecordBatch> {
-    let metric = match args.metric.as_str() {
-        "cosine" => MetricType::Cosine,
-        "l2" => MetricType::L2,
-        "dot" => MetricType::Dot,
-        other => bail!("--metric {other}: use cosine, l2 or dot"),
-    };
-    if args.k == 0 {
-        bail!("-k must be at least 1");
-    }
-    let ds = open_dataset(&args.dataset).await?;
-    let field = ds.schema().field(&args.column).ok_or_else(|| {
-        anyhow!("{}: no column `{}` (choose the vector column with --column)", args.dataset, args.column)
-    })?;
-    if !matches!(field.data_type(), DataType::FixedSizeList(_, _)) {
-        bail!("{}: column `{}` holds no vectors ({})", args.dataset, args.column, field.data_type());
-    }
-    let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
-        anyhow!(
-            "{}: the dataset holds no fingerprint (it was not written by embed()), so there is no telling which model \
-             made its vectors; search needs that model",
-            args.dataset
-        )
-    })?;
-    let dir = match &args.model {
-        Some(dir) => dir.clone(),
-        None => {
-            let mut found = None;
-            for v in super::lineage::existing_versions(&ds, ds.version().version).await? {
-                if let Some(dir) = run_record(&ds, v).await?.and_then(|r| r.model_dir) {
-                    found = Some(PathBuf::from(dir));
-                    break;
-                }
-            }
-            found.ok_or_else(|| {
-                anyhow!(
-                    "{}: its run records do not say where the model is (written by an older version); give the \
-                     model directory with --model",
-                    args.dataset
-                )
-            })?
-        }
-    };
-    let mut options = options_for(&fp, &dir);
-    if let Some(name) = &args.prompt_name {
-        (options.prompt_name, options.prefix) = (name.clone(), String::new());
-    }
-    let (settings, now) =
-        Fingerprint::for_options(&options).with_context(|| format!("the model that made {}", args.dataset))?;
-    let mut differences = fp.differences(&now);
-    if args.prompt_name.is_some() {
-        // The query's own prompt: the one field allowed to differ.
-        differences.retain(|(k, _, _)| k != "prefix");
-    }
-    if !differences.is_empty() {
-        let lines: Vec<String> =
-            differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
-        bail!(
-            "refusing to search {}: the model directory {} does not make its vectors, so a query embedded with it \
-             would not be comparable:\n{}\nGive the model that made them with --model.",
-            args.dataset,
-            dir.display(),
-            lines.join("\n")
-        );
-    }
-    let embedder = options.embedder()?;
-    let query = args.query.clone();
-    let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
-    let q = Float32Array::from(vector.vectors);
-    // The query in the stored vectors' element type (float16 under embed.precision).
-    let element = match field.data_type() {
-        DataType::FixedSizeList(f, _) => f.data_type().clone(),
-        _ => DataType::Float32,
-    };
-    let q = datafusion::arrow::compute::cast(&q, &element)?;
-
-    let mut columns: Vec<String> = ds
-        .schema()
-        .fields
-        .iter()
-        .filter(|f| f.name != args.column && !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
-        .map(|f| f.name.clone())
-        .collect();
-    // Named, not left to Lance to add (which it warns is going away).
-    columns.push("_distance".into());
-    let mut scan = ds.scan();
-    scan.project(&columns)?;
-    scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k)?;
-    scan.distance_metric(metric);
-    if let Some(filter) = &args.filter {
-        scan.prefilter(true);
-        scan.filter(filter).with_context(|| format!("--where {filter}"))?;
-    }
-    Ok(scan.try_into_batch().await?)
 }

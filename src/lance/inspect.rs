@@ -10,6 +10,7 @@ use lance::Dataset;
 use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
+use super::maintain::{MaintenanceRecord, maintenance_record};
 use super::sink::fingerprint_of_dataset;
 use crate::campaign::{Fingerprint, RUN_RECORD_KEY, RunRecord};
 use crate::error::{Error, Result};
@@ -52,6 +53,8 @@ pub struct VersionReport {
     pub tags: Vec<String>,
     /// The run record committed with this version, or null for versions not written by this tool.
     pub run: Option<RunRecord>,
+    /// What `pipeline index` or `pipeline optimize` did in this version, or null.
+    pub maintenance: Option<MaintenanceRecord>,
 }
 
 fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
@@ -68,11 +71,13 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
     let mut versions = Vec::new();
     for v in ds.versions().await.map_err(lance_err(uri))? {
         let run = run_record(&ds, v.version).await?;
+        let maintenance = if run.is_none() { maintenance_record(&ds, v.version).await? } else { None };
         versions.push(VersionReport {
             version: v.version,
             timestamp: v.timestamp.to_rfc3339(),
             tags: tags.iter().filter(|(_, tv)| **tv == v.version).map(|(n, _)| n.clone()).collect(),
             run,
+            maintenance,
         });
     }
     let rows = ds.count_rows(None).await.map_err(lance_err(uri))? as u64;
@@ -92,6 +97,35 @@ pub async fn run_record(ds: &Dataset, version: u64) -> Result<Option<RunRecord>>
         .and_then(|t| t.transaction_properties)
         .and_then(|p| p.get(RUN_RECORD_KEY).cloned())
         .and_then(|json| serde_json::from_str(&json).ok()))
+}
+
+/// The versions of `ds` still there, up to `version`, newest first (a cleanup removes older ones).
+pub async fn existing_versions(ds: &Dataset, version: u64) -> Result<Vec<u64>> {
+    let mut versions: Vec<u64> = ds
+        .versions()
+        .await
+        .map_err(lance_err(ds.uri()))?
+        .into_iter()
+        .map(|v| v.version)
+        .filter(|v| *v <= version)
+        .collect();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(versions)
+}
+
+/// The newest run record at or before `version` that `want` accepts, with its version. A version made by
+/// something else (an index, a compaction) keeps the vectors of the runs before it.
+pub async fn newest_run_record(
+    ds: &Dataset,
+    version: u64,
+    want: impl Fn(&RunRecord) -> bool,
+) -> Result<Option<(u64, RunRecord)>> {
+    for v in existing_versions(ds, version).await? {
+        if let Some(r) = run_record(ds, v).await?.filter(|r| want(r)) {
+            return Ok(Some((v, r)));
+        }
+    }
+    Ok(None)
 }
 
 /// Count distinct and NULL ids with DataFusion, which spills rather than holding every id.
@@ -188,7 +222,10 @@ impl DatasetReport {
                     }
                     out += "\n";
                 }
-                None => out += ": no run record\n",
+                None => match &v.maintenance {
+                    Some(m) => out += &format!(": {}\n", m.summary()),
+                    None => out += ": no run record\n",
+                },
             }
         }
         out

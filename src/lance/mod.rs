@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod format;
 pub mod inspect;
+pub mod maintain;
 pub mod resume;
 pub mod sink;
 pub mod table;

@@ -2,5 +2,7 @@
 //! shared [`crate::model::registry`].
 
 pub mod embed;
+pub mod search;
 
 pub use embed::{EmbedUdf, embed_udfs};
+pub use search::EmbedSearchFunc;

@@ -34,8 +34,16 @@ fn export(args: &[&str], dir: &Path) -> Output {
 
 /// The test's checkpoint `ckpt` exported into `out`, with its training data, base and check texts, and `extra`.
 fn export_ckpt(dir: &Path, out: &str, extra: &[&str]) -> Output {
-    let mut args =
-        vec!["ckpt", out, "--train-data", "train.lance@1", "--base", "test/tiny-bert@seed0", "--check-texts", "check.jsonl"];
+    let mut args = vec![
+        "ckpt",
+        out,
+        "--train-data",
+        "train.lance@1",
+        "--base",
+        "test/tiny-bert@seed0",
+        "--check-texts",
+        "check.jsonl",
+    ];
     args.extend_from_slice(extra);
     export(&args, dir)
 }

@@ -3,10 +3,12 @@
 
 mod campaign;
 mod cli;
+mod cli_habits;
 mod common;
 mod errors;
 mod integrity;
 mod lineage;
+mod maintain;
 mod messages;
 mod model;
 mod order;

@@ -1,0 +1,61 @@
+//! `pipeline index DATASET` and `pipeline optimize DATASET`: a vector index for `pipeline search`, and
+//! compaction with the cleanup of old versions; each leaves a record in the dataset's history.
+
+use anyhow::Context;
+
+use crate::lance::maintain::{self, IndexKind, IndexRequest};
+use crate::lance::open_dataset;
+
+/// Build the index and say what was built.
+pub async fn index(
+    dataset: &str,
+    column: &str,
+    kind: IndexKind,
+    metric: &str,
+    partitions: Option<usize>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut ds = open_dataset(dataset).await?;
+    let request = IndexRequest { column: column.into(), kind, metric: metric.into(), partitions };
+    let (version, record) = maintain::build_index(&mut ds, &request).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "version": version, "record": record }))?);
+    } else {
+        println!("{dataset}: version {version}: {}", record.summary());
+        println!("pipeline search uses it; --exact searches without it");
+    }
+    Ok(())
+}
+
+/// Compact and clean up, and say what was done.
+pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Result<()> {
+    let age = humantime::parse_duration(older_than.trim())
+        .with_context(|| format!("--older-than {older_than}: give a duration such as 7d, 36h or 0s"))?;
+    let mut ds = open_dataset(dataset).await?;
+    let report = maintain::optimize(&mut ds, age, older_than).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let c = &report.compaction;
+        match report.compacted_version {
+            Some(v) => println!(
+                "compaction: {} fragments rewritten into {} ({} files removed, {} added), version {v}",
+                c.fragments_removed, c.fragments_added, c.files_removed, c.files_added
+            ),
+            None => println!("compaction: nothing to compact"),
+        }
+        let k = &report.cleanup;
+        println!(
+            "cleanup: {} versions older than {older_than} removed, {} bytes freed{}",
+            k.versions_removed,
+            k.bytes_removed,
+            if k.tagged_kept.is_empty() {
+                String::new()
+            } else {
+                format!("; tagged versions kept: {:?}", k.tagged_kept)
+            }
+        );
+        println!("recorded in version {} ({:.1} s)", report.version, report.seconds);
+    }
+    Ok(())
+}

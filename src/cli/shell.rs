@@ -1,0 +1,112 @@
+//! `pipeline sql [FILE]…`: an interactive SQL shell over a campaign's session, as datafusion-cli's, with line
+//! editing and a history kept in the install home. A statement runs when a line ends it with `;`; its result
+//! prints as `pipeline run` prints it, and an error is shown without leaving the shell. ctrl-C at the prompt
+//! clears the statement being typed; during a write it commits what is embedded and stops the statement;
+//! ctrl-D or `\q` leaves. When standard input is not a terminal, its statements run in order and the first
+//! error ends the shell with a non-zero exit.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+
+use super::job_input::JobStatement;
+use super::run::{RunSettings, job_session, run_labelled};
+use crate::campaign::interrupt;
+use crate::script::{ends_statement, split_statements};
+use crate::session::EmbedSession;
+
+const PROMPT: &str = "pipeline> ";
+const MORE: &str = "       -> ";
+
+/// Run the set-up statements, then read statements from the terminal (or standard input) until the end.
+pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Result<()> {
+    let session = job_session(settings).await?;
+    let mut json_sources = Vec::new();
+    for s in setup {
+        run_labelled(&session, s, settings, &mut json_sources).await?;
+    }
+    if !std::io::stdin().is_terminal() {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        for stmt in split_statements(&text).map_err(|e| anyhow!("<stdin>: {e}"))? {
+            let s = JobStatement { source: "<stdin>".into(), stmt };
+            run_labelled(&session, &s, settings, &mut json_sources).await?;
+        }
+        return Ok(());
+    }
+    super::stop_on_signals();
+    interactive(&session, settings, &mut json_sources).await
+}
+
+async fn interactive(
+    session: &EmbedSession,
+    settings: &RunSettings,
+    json_sources: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let mut editor = DefaultEditor::new()?;
+    let history = history_file();
+    if let Some(file) = &history {
+        let _ = editor.load_history(file);
+    }
+    if !settings.quiet {
+        println!("pipeline sql: statements end with `;`, \\q or ctrl-D leaves");
+    }
+    let mut buffer = String::new();
+    loop {
+        let line = match editor.readline(if buffer.is_empty() { PROMPT } else { MORE }) {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => {
+                buffer.clear();
+                continue;
+            }
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        };
+        if buffer.is_empty() && matches!(line.trim(), "\\q" | "quit" | "exit") {
+            break;
+        }
+        if buffer.is_empty() && line.trim().is_empty() {
+            continue;
+        }
+        buffer.push_str(&line);
+        buffer.push('\n');
+        if !ends_statement(&buffer) {
+            continue;
+        }
+        let _ = editor.add_history_entry(buffer.trim_end());
+        let text = std::mem::take(&mut buffer);
+        match split_statements(&text) {
+            Err(e) => eprintln!("error: {e}"),
+            Ok(statements) => {
+                for stmt in statements {
+                    let s = JobStatement { source: String::new(), stmt };
+                    let result = run_labelled(session, &s, settings, json_sources).await;
+                    let stopped = interrupt::stop_requested();
+                    interrupt::clear_stop();
+                    if let Err(e) = result {
+                        eprintln!("error: {}", super::error_chain(&e));
+                        break;
+                    }
+                    if stopped {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(file) = &history {
+        if let Some(dir) = file.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let _ = editor.save_history(file);
+    }
+    Ok(())
+}
+
+/// `sql_history` in the install home (`$EMBED_PIPELINE_HOME`, by default `~/.local/share/embedding-pipeline`).
+fn history_file() -> Option<PathBuf> {
+    crate::model::runtime::install_home().map(|home| home.join("sql_history"))
+}

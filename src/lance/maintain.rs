@@ -1,0 +1,353 @@
+//! Keeping a campaign's dataset fast to search and small on disk: a vector index (`pipeline index`), and
+//! compaction with the cleanup of old versions (`pipeline optimize`). Each commit carries a maintenance
+//! record in its transaction properties (under [`MAINTENANCE_KEY`]), beside where writes keep their run
+//! records, so the dataset's history says what was done to it, when, with which settings.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lance::Dataset;
+use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::dataset::transaction::{Operation, TransactionBuilder, UpdateMap, UpdateMapEntry};
+use lance::dataset::{CommitBuilder, WriteDestination};
+use lance::index::DatasetIndexExt;
+use lance::index::vector::VectorIndexParams;
+use lance_index::IndexType;
+use lance_index::vector::hnsw::builder::HnswBuildParams;
+use lance_index::vector::ivf::IvfBuildParams;
+use lance_index::vector::pq::PQBuildParams;
+use lance_index::vector::sq::builder::SQBuildParams;
+use lance_linalg::distance::MetricType;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The transaction property holding a [`MaintenanceRecord`].
+pub const MAINTENANCE_KEY: &str = "embedding_pipeline.maintenance";
+
+/// What `pipeline index` or `pipeline optimize` did in one commit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MaintenanceRecord {
+    /// `index`; `compaction` (the commit that compacts); `optimize` (the commit after the cleanup, with the
+    /// figures of both).
+    pub command: String,
+    /// This program's version.
+    pub pipeline_version: String,
+    /// How long it took, where it was known when committing (an index's build is timed after its commit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<CleanupRecord>,
+}
+
+/// A vector index built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexRecord {
+    pub name: String,
+    pub column: String,
+    /// `ivf_pq` or `ivf_hnsw_sq`.
+    pub kind: String,
+    /// `cosine`, `l2` or `dot`.
+    pub metric: String,
+    /// IVF partitions asked for (null: Lance's choice from the row count).
+    pub partitions: Option<usize>,
+    /// PQ sub-vectors (IVF_PQ only).
+    pub sub_vectors: Option<usize>,
+    /// Rows the index covers.
+    pub rows_indexed: u64,
+    /// Whether it replaced an index of the same name.
+    pub replaced: bool,
+}
+
+/// Fragments rewritten by compaction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompactionRecord {
+    pub fragments_removed: usize,
+    pub fragments_added: usize,
+    pub files_removed: usize,
+    pub files_added: usize,
+}
+
+/// Old versions removed (tagged versions and the latest are always kept).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CleanupRecord {
+    /// Versions older than this were removed, e.g. `7d`.
+    pub older_than: String,
+    pub versions_removed: u64,
+    pub bytes_removed: u64,
+    pub data_files_removed: u64,
+    /// Tagged versions, which are kept whatever their age.
+    pub tagged_kept: Vec<u64>,
+}
+
+/// The kinds of vector index `pipeline index` builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum IndexKind {
+    /// IVF partitions of product-quantised vectors: small, fast, approximate; needs 256 rows to train.
+    IvfPq,
+    /// IVF partitions holding HNSW graphs over scalar-quantised vectors: more recall, more memory.
+    IvfHnswSq,
+}
+
+impl IndexKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::IvfPq => "ivf_pq",
+            Self::IvfHnswSq => "ivf_hnsw_sq",
+        }
+    }
+}
+
+/// The metric of a name: `cosine`, `l2` or `dot`.
+pub fn metric(name: &str) -> std::result::Result<MetricType, String> {
+    match name {
+        "cosine" => Ok(MetricType::Cosine),
+        "l2" => Ok(MetricType::L2),
+        "dot" => Ok(MetricType::Dot),
+        other => Err(format!("metric {other}: use cosine, l2 or dot")),
+    }
+}
+
+/// PQ's rows to train on at 8 bits: below this Lance commits an untrained index that searches nothing.
+pub const PQ_MIN_ROWS: u64 = 256;
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct IndexRequest {
+    pub column: String,
+    pub kind: IndexKind,
+    pub metric: String,
+    pub partitions: Option<usize>,
+}
+
+fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
+    move |e| Error::Lance { uri: uri.to_string(), message: super::lance_message(&e) }
+}
+
+fn refuse(uri: &str, message: String) -> Error {
+    Error::Lance { uri: uri.to_string(), message }
+}
+
+/// Build (or rebuild) the vector index on `request.column`, in a new version carrying its record.
+pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, MaintenanceRecord)> {
+    let started = Instant::now();
+    let uri = ds.uri().to_string();
+    let metric_type = metric(&request.metric).map_err(|m| refuse(&uri, m))?;
+    let field = ds.schema().field(&request.column).ok_or_else(|| {
+        refuse(&uri, format!("has no column `{}` (choose the vector column with --column)", request.column))
+    })?;
+    let dim = match field.data_type() {
+        datafusion::arrow::datatypes::DataType::FixedSizeList(_, d) => d as usize,
+        other => return Err(refuse(&uri, format!("column `{}` holds no vectors ({other})", request.column))),
+    };
+    let rows =
+        ds.count_rows(Some(format!("{} IS NOT NULL", quoted(&request.column)))).await.map_err(lance_err(&uri))? as u64;
+    if rows == 0 {
+        return Err(refuse(&uri, format!("column `{}` has no vectors to index", request.column)));
+    }
+    if request.kind == IndexKind::IvfPq && rows < PQ_MIN_ROWS {
+        return Err(refuse(
+            &uri,
+            format!(
+                "an ivf_pq index trains on at least {PQ_MIN_ROWS} vectors and there are {rows}; below that Lance would \
+                 commit an index that covers nothing. Search is exact without one; or use --kind ivf_hnsw_sq"
+            ),
+        ));
+    }
+    let ivf = match request.partitions {
+        Some(n) => IvfBuildParams::new(n),
+        None => IvfBuildParams::default(),
+    };
+    let (index_type, params, sub_vectors) = match request.kind {
+        IndexKind::IvfPq => {
+            // LanceDB's choice: 16 dimensions a sub-vector, else 8; always a divisor of the dimension.
+            let nsv = if dim % 16 == 0 {
+                dim / 16
+            } else if dim % 8 == 0 {
+                dim / 8
+            } else {
+                1
+            };
+            let params = VectorIndexParams::with_ivf_pq_params(metric_type, ivf, PQBuildParams::new(nsv, 8));
+            (IndexType::IvfPq, params, Some(nsv))
+        }
+        IndexKind::IvfHnswSq => {
+            let params = VectorIndexParams::with_ivf_hnsw_sq_params(
+                metric_type,
+                ivf,
+                HnswBuildParams::default(),
+                SQBuildParams::default(),
+            );
+            (IndexType::IvfHnswSq, params, None)
+        }
+    };
+    let name = format!("{}_idx", request.column);
+    let replaced = ds.load_index_by_name(&name).await.map_err(lance_err(&uri))?.is_some();
+    let record = MaintenanceRecord {
+        command: "index".into(),
+        pipeline_version: env!("CARGO_PKG_VERSION").into(),
+        seconds: None,
+        index: Some(IndexRecord {
+            name: name.clone(),
+            column: request.column.clone(),
+            kind: request.kind.name().into(),
+            metric: request.metric.clone(),
+            partitions: request.partitions,
+            sub_vectors,
+            rows_indexed: rows,
+            replaced,
+        }),
+        compaction: None,
+        cleanup: None,
+    };
+    let columns = [request.column.as_str()];
+    ds.create_index_builder(&columns, index_type, &params)
+        .name(name)
+        .replace(true)
+        .transaction_properties(record.properties())
+        .await
+        .map_err(lance_err(&uri))?;
+    let mut record = record;
+    record.seconds = Some(started.elapsed().as_secs_f64());
+    Ok((ds.version().version, record))
+}
+
+impl MaintenanceRecord {
+    /// One line for `pipeline inspect`.
+    pub fn summary(&self) -> String {
+        let mut out = format!("{} (pipeline {})", self.command, self.pipeline_version);
+        if let Some(i) = &self.index {
+            out += &format!(
+                ": {} index {} on {} ({}), {} rows{}{}",
+                i.kind,
+                i.name,
+                i.column,
+                i.metric,
+                i.rows_indexed,
+                i.partitions.map(|p| format!(", {p} partitions")).unwrap_or_default(),
+                if i.replaced { ", replacing the previous one" } else { "" }
+            );
+        }
+        if let Some(c) = &self.compaction {
+            out += &format!(": compaction {} fragments into {}", c.fragments_removed, c.fragments_added);
+        }
+        if let Some(c) = &self.cleanup {
+            out += &format!(
+                "; cleanup of versions older than {}: {} removed ({} bytes){}",
+                c.older_than,
+                c.versions_removed,
+                c.bytes_removed,
+                if c.tagged_kept.is_empty() { String::new() } else { format!(", tagged kept: {:?}", c.tagged_kept) }
+            );
+        }
+        if let Some(s) = self.seconds {
+            out += &format!(", {s:.1} s");
+        }
+        out
+    }
+
+    /// The transaction properties that carry this record.
+    fn properties(&self) -> HashMap<String, String> {
+        HashMap::from([(MAINTENANCE_KEY.to_string(), serde_json::to_string(self).unwrap_or_default())])
+    }
+}
+
+/// The maintenance record committed with `version` of `ds`, or None.
+pub async fn maintenance_record(ds: &Dataset, version: u64) -> Result<Option<MaintenanceRecord>> {
+    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(ds.uri()))?.transaction;
+    Ok(transaction
+        .and_then(|t| t.transaction_properties)
+        .and_then(|p| p.get(MAINTENANCE_KEY).cloned())
+        .and_then(|json| serde_json::from_str(&json).ok()))
+}
+
+/// What `pipeline optimize` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct OptimizeReport {
+    /// The version compaction committed, if it had anything to do.
+    pub compacted_version: Option<u64>,
+    pub compaction: CompactionRecord,
+    /// The version that records the cleanup (the dataset's latest after optimize).
+    pub version: u64,
+    pub cleanup: CleanupRecord,
+    pub seconds: f64,
+}
+
+/// Compact small fragments into large ones (indices are remapped in the same commit), then remove versions
+/// older than `older_than` except tagged ones and the latest, then commit a record of the cleanup (which
+/// itself commits nothing in Lance) as a change of the dataset's config key `embedding_pipeline.optimized`.
+pub async fn optimize(
+    ds: &mut Dataset,
+    older_than: std::time::Duration,
+    older_than_text: &str,
+) -> Result<OptimizeReport> {
+    let started = Instant::now();
+    let uri = ds.uri().to_string();
+    let before = ds.version().version;
+    let record = |command: &str, compaction: Option<CompactionRecord>, cleanup: Option<CleanupRecord>, seconds| {
+        MaintenanceRecord {
+            command: command.into(),
+            pipeline_version: env!("CARGO_PKG_VERSION").into(),
+            seconds,
+            index: None,
+            compaction,
+            cleanup,
+        }
+    };
+    // The compaction's figures are known only after its commit: they go into the record committed last.
+    let options =
+        CompactionOptions::default().transaction_properties(record("compaction", None, None, None).properties());
+    let metrics = compact_files(ds, options, None).await.map_err(lance_err(&uri))?;
+    let compaction = CompactionRecord {
+        fragments_removed: metrics.fragments_removed,
+        fragments_added: metrics.fragments_added,
+        files_removed: metrics.files_removed,
+        files_added: metrics.files_added,
+    };
+    let compacted_version = (ds.version().version != before).then(|| ds.version().version);
+    let tags = ds.tags().list().await.map_err(lance_err(&uri))?;
+    let older = chrono::Duration::from_std(older_than)
+        .map_err(|_| refuse(&uri, format!("--older-than {older_than_text} is too long")))?;
+    let stats = ds.cleanup_old_versions(older, Some(false), Some(false)).await.map_err(lance_err(&uri))?;
+    let mut tagged_kept: Vec<u64> = tags.values().map(|t| t.version).collect();
+    tagged_kept.sort_unstable();
+    tagged_kept.dedup();
+    let cleanup = CleanupRecord {
+        older_than: older_than_text.to_string(),
+        versions_removed: stats.old_versions,
+        bytes_removed: stats.bytes_removed,
+        data_files_removed: stats.data_files_removed,
+        tagged_kept,
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let note = record("optimize", Some(compaction.clone()), Some(cleanup.clone()), Some(seconds));
+    let stamp = chrono::Utc::now().to_rfc3339();
+    let operation = Operation::UpdateConfig {
+        config_updates: Some(UpdateMap {
+            update_entries: vec![UpdateMapEntry { key: "embedding_pipeline.optimized".into(), value: Some(stamp) }],
+            replace: false,
+        }),
+        table_metadata_updates: None,
+        schema_metadata_updates: None,
+        field_metadata_updates: HashMap::new(),
+    };
+    let transaction = TransactionBuilder::new(ds.version().version, operation)
+        .transaction_properties(Some(Arc::new(note.properties())))
+        .build();
+    let committed = CommitBuilder::new(WriteDestination::Dataset(Arc::new(ds.clone())))
+        .execute(transaction)
+        .await
+        .map_err(lance_err(&uri))?;
+    *ds = committed;
+    Ok(OptimizeReport { compacted_version, compaction, version: ds.version().version, cleanup, seconds })
+}
+
+fn quoted(column: &str) -> String {
+    format!("\"{}\"", column.replace('"', "\"\""))
+}

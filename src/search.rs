@@ -1,0 +1,162 @@
+//! Searching a campaign's dataset with a query embedded exactly as its vectors were: `pipeline search` and
+//! SQL's `embed_search()`. The model directory comes from the run records (or is given), and it must give
+//! the dataset's fingerprint, every field of it: a query embedded with another model, tokenizer, prefix,
+//! pooling or truncation is refused, not searched. Lance's nearest-neighbour search uses the dataset's vector
+//! index when it has one whose metric is the search's (`pipeline index`), unless the search is exact.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use datafusion::arrow::array::{Array, Float32Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+
+use crate::campaign::Fingerprint;
+use crate::lance::inspect::newest_run_record;
+use crate::lance::open_dataset;
+use crate::lance::sink::fingerprint_of_dataset;
+use crate::model::TextEmbedder;
+use crate::options::EmbedOptions;
+
+/// A search: the dataset, the query, and how.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// The Lance dataset: `path`, `path@version` or `path@tag`.
+    pub dataset: String,
+    pub query: String,
+    /// How many rows.
+    pub k: usize,
+    /// A SQL filter applied before the search.
+    pub filter: Option<String>,
+    /// The model directory, when the run records do not name it.
+    pub model: Option<PathBuf>,
+    /// The vector column.
+    pub column: String,
+    /// cosine, l2 or dot.
+    pub metric: String,
+    /// Search every vector, without the index.
+    pub exact: bool,
+    /// Embed the query with this prompt of the model instead of the documents' own.
+    pub prompt_name: Option<String>,
+}
+
+impl SearchRequest {
+    /// `k` rows of `dataset` nearest to `query`, by cosine, with the dataset's own model.
+    pub fn new(dataset: &str, query: &str, k: usize) -> Self {
+        Self {
+            dataset: dataset.into(),
+            query: query.into(),
+            k,
+            filter: None,
+            model: None,
+            column: "embedding".into(),
+            metric: "cosine".into(),
+            exact: false,
+            prompt_name: None,
+        }
+    }
+}
+
+/// The options that reproduce `fp` with the model in `dir`.
+fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
+    let mut options = EmbedOptions::default().with_model(dir.display().to_string());
+    options.max_tokens = fp.max_tokens;
+    options.truncation = fp.truncation.clone();
+    options.pooling = fp.pooling.clone();
+    options.normalize = fp.normalize.to_string();
+    // The prompt by its name where the fingerprint has one; otherwise exactly its prefix, and not a default
+    // prompt the model may have gained since.
+    options.prefix = fp.prefix.clone();
+    options.prompt_name = if fp.prompt_name.is_empty() { "none".into() } else { fp.prompt_name.clone() };
+    options.truncate_dim = fp.truncate_dim;
+    options.precision = fp.dtype.clone();
+    options
+}
+
+/// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
+pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
+    let metric = crate::lance::maintain::metric(&args.metric).map_err(|e| anyhow!("--{e}"))?;
+    if args.k == 0 {
+        bail!("-k must be at least 1");
+    }
+    let ds = open_dataset(&args.dataset).await?;
+    let field = ds.schema().field(&args.column).ok_or_else(|| {
+        anyhow!("{}: no column `{}` (choose the vector column with --column)", args.dataset, args.column)
+    })?;
+    if !matches!(field.data_type(), DataType::FixedSizeList(_, _)) {
+        bail!("{}: column `{}` holds no vectors ({})", args.dataset, args.column, field.data_type());
+    }
+    let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
+        anyhow!(
+            "{}: the dataset holds no fingerprint (it was not written by embed()), so there is no telling which model \
+             made its vectors; search needs that model",
+            args.dataset
+        )
+    })?;
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
+        None => {
+            let found = newest_run_record(&ds, ds.version().version, |r| r.model_dir.is_some()).await?;
+            found.and_then(|(_, r)| r.model_dir).map(PathBuf::from).ok_or_else(|| {
+                anyhow!(
+                    "{}: its run records do not say where the model is (written by an older version); give the \
+                     model directory with --model",
+                    args.dataset
+                )
+            })?
+        }
+    };
+    let mut options = options_for(&fp, &dir);
+    if let Some(name) = &args.prompt_name {
+        (options.prompt_name, options.prefix) = (name.clone(), String::new());
+    }
+    let (settings, now) =
+        Fingerprint::for_options(&options).with_context(|| format!("the model that made {}", args.dataset))?;
+    let mut differences = fp.differences(&now);
+    if args.prompt_name.is_some() {
+        // The query's own prompt: the one field allowed to differ.
+        differences.retain(|(k, _, _)| k != "prefix");
+    }
+    if !differences.is_empty() {
+        let lines: Vec<String> =
+            differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
+        bail!(
+            "refusing to search {}: the model directory {} does not make its vectors, so a query embedded with it \
+             would not be comparable:\n{}\nGive the model that made them with --model.",
+            args.dataset,
+            dir.display(),
+            lines.join("\n")
+        );
+    }
+    let embedder = options.embedder()?;
+    let query = args.query.clone();
+    let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
+    let q = Float32Array::from(vector.vectors);
+    // The query in the stored vectors' element type (float16 under embed.precision).
+    let element = match field.data_type() {
+        DataType::FixedSizeList(f, _) => f.data_type().clone(),
+        _ => DataType::Float32,
+    };
+    let q = datafusion::arrow::compute::cast(&q, &element)?;
+
+    let mut columns: Vec<String> = ds
+        .schema()
+        .fields
+        .iter()
+        .filter(|f| f.name != args.column && !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
+        .map(|f| f.name.clone())
+        .collect();
+    // Named, not left to Lance to add (which it warns is going away).
+    columns.push("_distance".into());
+    let mut scan = ds.scan();
+    scan.project(&columns)?;
+    scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k)?;
+    scan.distance_metric(metric);
+    if args.exact {
+        scan.use_index(false);
+    }
+    if let Some(filter) = &args.filter {
+        scan.prefilter(true);
+        scan.filter(filter).with_context(|| format!("--where {filter}"))?;
+    }
+    Ok(scan.try_into_batch().await?)
+}

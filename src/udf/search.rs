@@ -1,0 +1,107 @@
+//! `embed_search('dataset', 'query' [, k])`: the table of a dataset's `k` (default 10) nearest rows to a query,
+//! nearest first, embedded exactly as the dataset's vectors were; every column but the vectors, and
+//! `_distance`. The same search as `pipeline search`, in SQL, so its hits join back to the sources:
+//! `SELECT h.id, h._distance, d.text FROM embed_search('out/docs.lance', 'a talking dog', 5) h JOIN docs d USING (id)`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::search::{SearchRequest, nearest};
+
+/// The table function.
+#[derive(Debug, Default)]
+pub struct EmbedSearchFunc;
+
+const USAGE: &str = "embed_search('dataset', 'query text' [, k]): a dataset path (or path@version), the query, and how many rows (default 10)";
+
+impl TableFunctionImpl for EmbedSearchFunc {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let text = |e: &Expr| match e {
+            Expr::Literal(v, _) => v.try_as_str().flatten().map(str::to_string),
+            _ => None,
+        };
+        let (dataset, query, k) = match args.exprs() {
+            [d, q] => (text(d), text(q), Some(10)),
+            [d, q, k] => {
+                let k = match k {
+                    Expr::Literal(v, _) => match v.cast_to(&DataType::Int64) {
+                        Ok(ScalarValue::Int64(Some(k))) if k >= 1 => Some(k as usize),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                (text(d), text(q), k)
+            }
+            _ => return plan_err!("{USAGE}"),
+        };
+        let (Some(dataset), Some(query), Some(k)) = (dataset, query, k) else {
+            return plan_err!("{USAGE}; each a constant, k at least 1");
+        };
+        let request = SearchRequest::new(&dataset, &query, k);
+        let schema = hit_schema(&dataset)?;
+        Ok(Arc::new(SearchTable { request, schema }))
+    }
+}
+
+/// The columns of a search's hits: the dataset's, less its vectors, then `_distance`. Planning is synchronous
+/// and the dataset's schema needs a read, so it is opened on a thread of its own with a runtime of its own
+/// (which works under any runtime the caller plans on, and under none).
+fn hit_schema(dataset: &str) -> Result<SchemaRef> {
+    let open = || -> Result<SchemaRef> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let ds = runtime.block_on(crate::lance::open_dataset(dataset)).map_err(DataFusionError::from)?;
+        let arrow = Schema::from(ds.schema());
+        let mut fields: Vec<Field> = arrow
+            .fields()
+            .iter()
+            .filter(|f| !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("_distance", DataType::Float32, true));
+        Ok(Arc::new(Schema::new(fields)))
+    };
+    std::thread::scope(|s| s.spawn(open).join()).unwrap_or_else(|_| plan_err!("embed_search: opening {dataset} failed"))
+}
+
+/// One search, run when the query is executed.
+#[derive(Debug)]
+struct SearchTable {
+    request: SearchRequest,
+    schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for SearchTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        // NOTE: the search runs here, at physical planning, as a Lance scan would open its dataset: it only
+        // reads. The query is embedded once per plan.
+        let hits = nearest(&self.request)
+            .await
+            .map_err(|e| DataFusionError::Plan(format!("embed_search({}): {e:#}", self.request.dataset)))?;
+        // Nullability as the planned schema says, whatever Lance's own flags.
+        let hits = datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&self.schema), hits.columns().to_vec())?;
+        Ok(MemorySourceConfig::try_new_exec(&[vec![hits]], Arc::clone(&self.schema), projection.cloned())?)
+    }
+}

@@ -1,0 +1,257 @@
+//! The command-line habits datafusion-cli users bring: `-c`, `-` for standard input and several job files in
+//! the order given; `--var` and `--set`; `--format` and `--maxrows`; `SHOW` and `information_schema`;
+//! `pipeline sql`; `--version`; completions; `-v` / `-q`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::cli::{pipeline, text};
+use crate::common::{model_dir, write_jsonl};
+
+/// `pipeline ARGS` in `dir` with `input` on standard input.
+fn pipeline_with_stdin(args: &[&str], dir: &Path, input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn set_model() -> String {
+    format!("SET embed.model = '{}';", model_dir().display())
+}
+
+#[test]
+fn commands_files_and_stdin_run_in_the_order_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("middle.sql"), "SELECT 'from the file' AS b;").unwrap();
+    let o = pipeline_with_stdin(
+        &["run", "-c", "SELECT 'first' AS a", "middle.sql", "-", "-c", "SELECT 'last' AS d; SELECT 'very last' AS e"],
+        dir,
+        "SELECT 'from stdin' AS c;",
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s} missing from:\n{out}"));
+    assert!(at("first") < at("from the file") && at("from the file") < at("from stdin"), "{out}");
+    assert!(at("from stdin") < at("| last") && at("| last") < at("very last"), "{out}");
+
+    // A parse error anywhere stops everything before anything runs, and names where it came from.
+    let o = pipeline(&["run", "-c", "COPY (SELECT 1 AS id) TO 'x.parquet' STORED AS PARQUET", "-c", "SELEC 2"], dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("-c #2: statement 1 (line 1) does not parse"), "{err}");
+    assert!(!dir.join("x.parquet").exists(), "the first statement must not have run");
+    // Nothing to run, and standard input twice, are refused.
+    let o = pipeline(&["run", "--format", "csv"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("give a job file"), "{:?}", text(&o));
+    let o = pipeline_with_stdin(&["run", "-", "-"], dir, "SELECT 1;");
+    assert!(!o.status.success() && text(&o).1.contains("`-` is given twice"), "{:?}", text(&o));
+}
+
+#[test]
+fn one_job_file_serves_two_corpora_through_variables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_jsonl(&dir.join("a.jsonl"), &[("a1", Some("alpha")), ("a2", Some("beta"))]);
+    write_jsonl(&dir.join("b.jsonl"), &[("b1", Some("gamma")), ("b2", Some("delta")), ("b3", Some("epsilon"))]);
+    let job = format!(
+        "{}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '${{CORPUS}}';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO '${{OUT}}' STORED AS LANCE;\n",
+        set_model()
+    );
+    std::fs::write(dir.join("job.sql"), job).unwrap();
+    for (corpus, rows) in [("a", 3 - 1), ("b", 3)] {
+        let (c, out) = (format!("CORPUS={corpus}.jsonl"), format!("OUT=out/{corpus}.lance"));
+        let o = pipeline(&["run", "job.sql", "--var", &c, "--var", &out], dir);
+        let (stdout, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        assert!(stdout.contains(&format!("wrote {rows} rows to")), "{stdout}");
+        let o = pipeline(&["inspect", "--json", &format!("out/{corpus}.lance")], dir);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["rows"], rows, "{v}");
+    }
+    // A variable the job uses and the command line lacks is named, with its line, before anything runs.
+    let o = pipeline(&["run", "job.sql", "--var", "CORPUS=a.jsonl"], dir);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("job.sql line 3: ${OUT} has no value; give it with --var OUT="),
+        "{err}"
+    );
+    // One given and never used is warned about.
+    let o = pipeline(&["run", "-c", "SELECT 1 AS x", "--var", "UNUSED=1"], dir);
+    assert!(o.status.success() && text(&o).1.contains("--var UNUSED is not used"), "{:?}", text(&o));
+}
+
+#[test]
+fn set_options_show_all_and_information_schema() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let o = pipeline(
+        &[
+            "run",
+            "--set",
+            "embed.batch_tokens=4096",
+            "--format",
+            "csv",
+            "-c",
+            "SHOW embed.batch_tokens",
+            "-c",
+            "SELECT name FROM information_schema.df_settings WHERE name LIKE 'embed.%' ORDER BY name",
+        ],
+        dir,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("embed.batch_tokens,4096"), "{out}");
+    for key in ["embed.model", "embed.max_tokens", "embed.device", "embed.precision"] {
+        assert!(out.lines().any(|l| l == key), "{key} missing from:\n{out}");
+    }
+    let o = pipeline(&["run", "-c", "SHOW ALL"], dir);
+    assert!(o.status.success() && text(&o).0.contains("embed.pooling"), "{:?}", text(&o));
+    // A bad value is refused by its key, as a SET in the job is; and a key both --set and the job set.
+    let o = pipeline(&["run", "--set", "embed.batch_tokens=many", "-c", "SELECT 1"], dir);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("--set embed.batch_tokens=many") && err.contains("batch_tokens"),
+        "{err}"
+    );
+    let o = pipeline(&["run", "--set", "embed.batch_tokens=4096", "-c", "SET embed.batch_tokens = 8192"], dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("-c #1 line 1 sets embed.batch_tokens too"), "{err}");
+    let o = pipeline(&["run", "--set", "batch_tokens", "-c", "SELECT 1"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("write it as key=value"), "{:?}", text(&o));
+}
+
+#[test]
+fn formats_carry_full_vectors_and_maxrows_cuts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let model = model_dir().display().to_string();
+    let o = pipeline(&["embed", "--model", &model, "a talking dog"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let line: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want: Vec<f32> = serde_json::from_value(line["vector"].clone()).unwrap();
+    let query = "SELECT 'q1' AS id, embed('a talking dog') AS embedding";
+    let close = |got: &[f32]| {
+        assert_eq!(got.len(), 384);
+        let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff <= 1e-6, "largest difference {diff}");
+    };
+    let sets = format!("embed.model={model}");
+    let run = |format: &str, sql: &str, extra: &[&str]| {
+        let mut args = vec!["run", "-q", "--set", sets.as_str(), "--format", format, "-c", sql];
+        args.extend_from_slice(extra);
+        let o = pipeline(&args, dir);
+        assert!(o.status.success(), "{format}: {:?}", text(&o));
+        text(&o)
+    };
+    let (out, _) = run("json", query, &[]);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["id"], "q1");
+    close(&serde_json::from_value::<Vec<f32>>(rows[0]["embedding"].clone()).unwrap());
+    let (out, _) = run("ndjson", query, &[]);
+    let row: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    close(&serde_json::from_value::<Vec<f32>>(row["embedding"].clone()).unwrap());
+    let (out, _) = run("csv", query, &[]);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("id,embedding"));
+    let field = lines.next().unwrap().strip_prefix("q1,").unwrap().trim_matches('"').to_string();
+    close(&serde_json::from_str::<Vec<f32>>(&field).unwrap());
+    let (out, _) = run("table", query, &[]);
+    assert!(out.contains("384 values]"), "{out}");
+
+    // --maxrows: the machine-read formats keep the note off standard output.
+    let many = "SELECT * FROM (VALUES (1), (2), (3), (4), (5)) AS t(n)";
+    let (out, err) = run("csv", many, &["--maxrows", "2"]);
+    assert_eq!(out, "n\n1\n2\n");
+    assert!(err.contains("showing the first 2 rows"), "{err}");
+    let (out, _) = run("ndjson", many, &["--maxrows", "inf"]);
+    assert_eq!(out.lines().count(), 5);
+    let (out, _) = run("table", many, &["--maxrows", "3"]);
+    assert!(out.contains("| 3 |") && !out.contains("| 4 |") && out.contains("showing the first 3 rows"), "{out}");
+    let o = pipeline(&["run", "--maxrows", "0", "-c", "SELECT 1"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("inf for all"), "{:?}", text(&o));
+    let (out, _) = run("json", "SELECT 1 AS n WHERE false", &[]);
+    assert_eq!(out.trim(), "[]");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_output_without_a_panic() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--format", "ndjson", "--maxrows", "inf", "-c", "SELECT value FROM generate_series(1, 2000000)"])
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "{\"value\":1}");
+    // `head -1` has what it wanted and closes the pipe (the reader is dropped above).
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE, as cat or grep: {:?}", o.status);
+}
+
+#[test]
+fn the_sql_shell_reads_statements_after_a_setup_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text"))]);
+    std::fs::write(
+        dir.join("setup.sql"),
+        format!("{}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';", set_model()),
+    )
+    .unwrap();
+    let run_shell = |input: &str| pipeline_with_stdin(&["sql", "setup.sql", "--format", "csv"], dir, input);
+    let o = run_shell(
+        "SELECT count(*) AS n FROM docs;\nSET embed.truncate_dim = 128;\nSELECT embed_dim() AS d,\n  \
+         array_length(embed(text)) AS len FROM docs WHERE id = 'x1';\n",
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("n\n2\n") && out.contains("d,len\n128,128\n"), "{out}");
+    let o = run_shell("SELECT 1 AS one;\nSELECT nothing FROM docs;\nSELECT 3;\n");
+    let (out, err) = text(&o);
+    assert!(!o.status.success() && err.contains("<stdin>: statement 2 (line 2) failed"), "{err}");
+    assert!(out.contains("one\n1\n") && !out.contains("\n3\n"), "{out}");
+}
+
+#[test]
+fn version_completions_and_log_levels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let o = pipeline(&["--version"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("pipeline ") && out.contains("DataFusion 54.1.0") && out.contains("Lance 14.0.2"), "{out}");
+    assert!(out.contains("ONNX Runtime 1.31.1") && out.contains("ort 2.0.0-rc.15"), "{out}");
+    for (shell, mark) in [("bash", "_pipeline()"), ("zsh", "#compdef pipeline"), ("fish", "complete -c pipeline")] {
+        let o = pipeline(&["completions", shell], dir);
+        let out = text(&o).0;
+        assert!(o.status.success() && out.contains(mark) && out.contains("maxrows"), "{shell}: {out}");
+    }
+    // -q leaves the summary out; -v and -q together are refused.
+    let o = pipeline(&["-q", "run", "-c", "SELECT 1 AS x"], dir);
+    assert!(o.status.success() && !text(&o).0.contains("pipeline run:"), "{:?}", text(&o));
+    let o = pipeline(&["run", "-c", "SELECT 1 AS x"], dir);
+    assert!(o.status.success() && text(&o).0.contains("pipeline run:"), "{:?}", text(&o));
+    let o = pipeline(&["-v", "-q", "run", "-c", "SELECT 1"], dir);
+    assert!(!o.status.success(), "{:?}", text(&o));
+    // -vv turns on debug logs.
+    let o = pipeline(&["-vv", "run", "-c", "SELECT 1 AS x"], dir);
+    assert!(o.status.success() && text(&o).1.contains("DEBUG"), "{:?}", text(&o));
+}

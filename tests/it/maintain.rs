@@ -1,0 +1,189 @@
+//! `pipeline index`, `pipeline optimize` and SQL's `embed_search()` on 1,000 real fortunes: the index is
+//! built, seen by pylance and used by search; optimize compacts a campaign's many commits, keeps tagged
+//! versions, leaves the vectors as they were; each leaves its record in the dataset's history.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::cli::{pipeline, text};
+use crate::common::model_dir;
+
+fn fortunes() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl").display().to_string()
+}
+
+/// The first `n` fortunes into `dir/docs.jsonl`, embedded into `out/docs.lance` with a commit every 100 rows,
+/// the run's version tagged `tag` when given.
+fn embed_fortunes(dir: &Path, n: usize, tag: Option<&str>) {
+    let lines: Vec<String> = std::fs::read_to_string(fortunes()).unwrap().lines().take(n).map(String::from).collect();
+    std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
+    let tag = tag.map(|t| format!("SET embed.tag = '{t}';")).unwrap_or_default();
+    let sql = format!(
+        "SET embed.model = '{}';\nSET embed.commit_rows = 100;\n{tag}\n\
+         CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join("job.sql"), sql).unwrap();
+    let o = pipeline(&["run", "-q", "job.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+}
+
+fn json(o: &std::process::Output) -> Value {
+    assert!(o.status.success(), "{:?}", text(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", text(o)))
+}
+
+fn ids(rows: &Value) -> Vec<String> {
+    rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
+}
+
+const PYLANCE_INDICES: &str = r#"
+import json, sys, lance
+ds = lance.dataset(sys.argv[1])
+print(json.dumps([{"name": i["name"], "type": i["type"]} for i in ds.list_indices()]))
+"#;
+
+#[test]
+fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    embed_fortunes(dir, 1000, None);
+    let query = "a dog that can talk";
+    let exact = json(&pipeline(&["search", "--json", "out/docs.lance", query, "--exact"], dir));
+
+    let o = pipeline(&["index", "out/docs.lance"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("index (pipeline ") && out.contains("ivf_pq index embedding_idx on embedding (cosine), 1000 rows"),
+        "{out}"
+    );
+    let py: Value = serde_json::from_str(&crate::common::python(
+        PYLANCE_INDICES,
+        &[&dir.join("out/docs.lance").display().to_string()],
+        &[],
+    ))
+    .unwrap();
+    assert_eq!(py[0]["name"], "embedding_idx", "{py}");
+    assert!(py[0]["type"].as_str().unwrap().contains("PQ"), "{py}");
+
+    // Through the index: approximate, so most of the exact hits, the nearest first.
+    let indexed = json(&pipeline(&["search", "--json", "out/docs.lance", query], dir));
+    let (exact_ids, indexed_ids) = (ids(&exact), ids(&indexed));
+    let shared = indexed_ids.iter().filter(|i| exact_ids.contains(i)).count();
+    assert!(shared >= 5 && indexed_ids[..3].contains(&exact_ids[0]), "exact {exact_ids:?}, indexed {indexed_ids:?}");
+
+    // The same search in SQL, joined back to the source's text.
+    let sql = format!(
+        "SELECT h.id, h._distance, d.text FROM embed_search('out/docs.lance', '{query}', 10) h JOIN docs d USING (id) \
+         ORDER BY h._distance"
+    );
+    let create = "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl'";
+    let rows = json(&pipeline(&["run", "-q", "--format", "json", "-c", create, "-c", &sql], dir));
+    assert_eq!(ids(&rows), indexed_ids);
+    for (a, b) in rows.as_array().unwrap().iter().zip(indexed.as_array().unwrap()) {
+        assert!((a["_distance"].as_f64().unwrap() - b["_distance"].as_f64().unwrap()).abs() <= 1e-6);
+    }
+    assert!(rows[0]["text"].as_str().unwrap().to_lowercase().contains("dog"), "{rows}");
+    let rows = json(&pipeline(
+        &["run", "-q", "--format", "json", "-c", "SELECT count(*) AS n FROM embed_search('out/docs.lance', 'x')"],
+        dir,
+    ));
+    assert_eq!(rows[0]["n"], 10, "k defaults to 10");
+
+    // inspect shows the index's version as what it is, not as a version without a run record.
+    let report = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    let last = report["versions"].as_array().unwrap().last().unwrap().clone();
+    assert!(last["run"].is_null(), "{last}");
+    assert_eq!(last["maintenance"]["command"], "index");
+    assert_eq!(last["maintenance"]["index"]["kind"], "ivf_pq");
+    assert_eq!(last["maintenance"]["index"]["sub_vectors"], 24, "384 dimensions, 16 a sub-vector");
+    let (out, _) = text(&pipeline(&["inspect", "out/docs.lance"], dir));
+    assert!(out.contains(": index (pipeline ") && !out.contains("no run record"), "{out}");
+
+    // Rebuilt as another kind: it replaces the index, in a new version.
+    let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq", "--json"], dir);
+    let v = json(&o);
+    assert_eq!(v["record"]["index"]["replaced"], true, "{v}");
+    assert_eq!(v["record"]["index"]["kind"], "ivf_hnsw_sq");
+    let hnsw = json(&pipeline(&["search", "--json", "out/docs.lance", query], dir));
+    assert!(ids(&hnsw)[..3].contains(&exact_ids[0]), "{hnsw}");
+
+    // Failures are named: a bad query to embed_search, a missing column, a dataset too small for PQ.
+    let o = pipeline(&["run", "-c", "SELECT * FROM embed_search('out/docs.lance')"], dir);
+    assert!(
+        !o.status.success() && text(&o).1.contains("embed_search('dataset', 'query text' [, k])"),
+        "{:?}",
+        text(&o)
+    );
+    let o = pipeline(&["run", "-c", "SELECT * FROM embed_search('nowhere.lance', 'x', 3)"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("nowhere.lance"), "{:?}", text(&o));
+    let o = pipeline(&["index", "out/docs.lance", "--column", "vec"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("no column `vec`"), "{:?}", text(&o));
+    let small = tempfile::tempdir().unwrap();
+    embed_fortunes(small.path(), 100, None);
+    let o = pipeline(&["index", "out/docs.lance"], small.path());
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("at least 256 vectors and there are 100"), "{err}");
+    let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq"], small.path());
+    assert!(o.status.success(), "{:?}", text(&o));
+}
+
+#[test]
+fn optimize_compacts_a_campaigns_commits_keeps_tagged_versions_and_the_vectors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Two runs, about 100 rows a commit: some versions (the last tagged), then some more.
+    embed_fortunes(dir, 500, Some("half"));
+    embed_fortunes(dir, 1000, None);
+    let before = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    let tagged = before["tags"]["half"].as_u64().unwrap();
+    let commits = before["versions"].as_array().unwrap().len();
+    assert!(commits >= 6, "{before}");
+    copy_dir(&dir.join("out/docs.lance"), &dir.join("before.lance"));
+
+    let report = json(&pipeline(&["optimize", "out/docs.lance", "--older-than", "0s", "--json"], dir));
+    let removed = report["compaction"]["fragments_removed"].as_u64().unwrap();
+    assert!(removed as usize >= commits - 1, "one fragment a commit, {commits} commits: {report}");
+    assert_eq!(report["compaction"]["fragments_added"], 1, "{report}");
+    assert!(report["cleanup"]["versions_removed"].as_u64().unwrap() as usize >= commits - 1, "{report}");
+    assert_eq!(report["cleanup"]["tagged_kept"], serde_json::json!([tagged]));
+
+    let after = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    assert_eq!((after["rows"].as_u64(), after["ids"]["unique"].as_bool()), (Some(1000), Some(true)), "{after}");
+    let versions: Vec<u64> =
+        after["versions"].as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    let compacted = report["compacted_version"].as_u64().unwrap();
+    assert_eq!(versions, [tagged, compacted, compacted + 1], "the tagged one, compaction's, and optimize's record");
+    let last = after["versions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["maintenance"]["command"], "optimize", "{last}");
+    assert_eq!(last["maintenance"]["compaction"]["fragments_removed"], removed);
+    // The vectors are the same, and the tagged version still reads as it was.
+    let o = pipeline(&["compare", "--json", "before.lance", "out/docs.lance"], dir);
+    crate::common::assert_same_vectors(&o, 1000);
+    let o = pipeline(&["compare", "--json", &format!("before.lance@{tagged}"), "out/docs.lance@half"], dir);
+    crate::common::assert_same_vectors(&o, 500);
+    // Search still finds the model through the run records left.
+    let hits = json(&pipeline(&["search", "--json", "out/docs.lance", "a dog that can talk", "-k", "3"], dir));
+    assert_eq!(hits.as_array().unwrap().len(), 3);
+    // A second optimize has nothing to compact, and says so; a bad age is refused.
+    let (out, err) = text(&pipeline(&["optimize", "out/docs.lance"], dir));
+    assert!(out.contains("compaction: nothing to compact") && out.contains("older than 7d"), "{out}{err}");
+    let o = pipeline(&["optimize", "out/docs.lance", "--older-than", "soon"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("--older-than soon"), "{:?}", text(&o));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
