@@ -4,17 +4,13 @@ use std::process::ExitCode;
 
 use embedding_pipeline::cli;
 
-/// Warnings only, less Lance's note that a COPY creates a new dataset.
-const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
-
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    end_quietly_on_a_closed_pipe();
     let (cli, inputs) = cli::parse();
     // -v / -q first, then RUST_LOG, then warnings only.
     let filter = match cli.log_filter() {
         Some(level) => tracing_subscriber::EnvFilter::new(level),
-        None => tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| QUIET_LOGS.into()),
+        None => tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| cli::QUIET_LOGS.into()),
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -54,16 +50,5 @@ fn limit_malloc_arenas() {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             libc::mallopt(libc::M_ARENA_MAX, (cores / 2).max(2) as i32);
         }
-    }
-}
-
-/// `pipeline run … | head` ends the program when `head` has read enough, as it ends `cat` or `grep`, instead of
-/// a panic at the next print. Rust ignores SIGPIPE, so a print to a closed pipe fails, and `println!` panics.
-/// A write into Lance stopped this way keeps its commits, as after any kill; a rerun resumes.
-fn end_quietly_on_a_closed_pipe() {
-    #[cfg(unix)]
-    // SAFETY: restores the default action for SIGPIPE before any other thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

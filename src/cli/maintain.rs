@@ -1,7 +1,7 @@
 //! `pipeline index DATASET` and `pipeline optimize DATASET`: a vector index for `pipeline search`, and
 //! compaction with the cleanup of old versions; each leaves a record in the dataset's history.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 
 use crate::lance::maintain::{self, IndexKind, IndexRequest};
 use crate::lance::open_dataset;
@@ -15,6 +15,7 @@ pub async fn index(
     partitions: Option<usize>,
     json: bool,
 ) -> anyhow::Result<()> {
+    latest_only(dataset, "index")?;
     let mut ds = open_dataset(dataset).await?;
     let request = IndexRequest { column: column.into(), kind, metric: metric.into(), partitions };
     let (version, record) = maintain::build_index(&mut ds, &request).await?;
@@ -31,6 +32,7 @@ pub async fn index(
 pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Result<()> {
     let age = humantime::parse_duration(older_than.trim())
         .with_context(|| format!("--older-than {older_than}: give a duration such as 7d, 36h or 0s"))?;
+    latest_only(dataset, "optimize")?;
     let mut ds = open_dataset(dataset).await?;
     let report = maintain::optimize(&mut ds, age, older_than).await?;
     if json {
@@ -56,6 +58,17 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
             }
         );
         println!("recorded in version {} ({:.1} s)", report.version, report.seconds);
+    }
+    Ok(())
+}
+
+/// Refuse `path@version` and `path@tag`: maintenance commits onto the latest version, not an older checkout.
+fn latest_only(dataset: &str, command: &str) -> anyhow::Result<()> {
+    if let Some((path, at)) = dataset.rsplit_once('@')
+        && !at.is_empty()
+        && !at.contains('/')
+    {
+        bail!("{dataset}: {command} works on a dataset's latest version; give {path}");
     }
     Ok(())
 }

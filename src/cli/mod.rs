@@ -1,5 +1,11 @@
 //! The `pipeline` command line: argument parsing and the subcommands.
 
+/// Print a note of `pipeline run` (a write's line, the summary): on stdout under `--format table`, on stderr
+/// under the machine-read formats, which keep stdout for results. See [`note_line`].
+macro_rules! note {
+    ($($arg:tt)*) => { $crate::cli::note_line(format_args!($($arg)*)) };
+}
+
 pub mod compare;
 pub mod compare_order;
 pub mod cost;
@@ -38,7 +44,8 @@ pub struct Cli {
     /// is given).
     #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "quiet")]
     pub verbose: u8,
-    /// Print only results and errors: no progress, notes or summaries, and errors only in the log.
+    /// Print only results, warnings and errors: no progress, notes or summaries; warnings only in the log,
+    /// whatever RUST_LOG says.
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }
@@ -47,7 +54,8 @@ impl Cli {
     /// The log filter the flags ask for, if they ask for one.
     pub fn log_filter(&self) -> Option<&'static str> {
         match (self.quiet, self.verbose) {
-            (true, _) => Some("error"),
+            // Warnings stay: a deprecated option, a run near its memory budget.
+            (true, _) => Some(QUIET_LOGS),
             (false, 0) => None,
             (false, 1) => Some("info"),
             (false, 2) => Some("debug"),
@@ -55,6 +63,9 @@ impl Cli {
         }
     }
 }
+
+/// The log without -v: warnings, less Lance's note that a COPY creates a new dataset.
+pub const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
 
 /// How query results print (`pipeline run` and `pipeline sql`).
 #[derive(Debug, Clone, clap::Args)]
@@ -412,6 +423,51 @@ pub enum Command {
     },
 }
 
+static NOTES_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Send notes to stderr (under a machine-read `--format`).
+pub(crate) fn notes_to_stderr(on: bool) {
+    NOTES_TO_STDERR.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One note line (the `note!` macro). A closed stdout ends the program quietly: see [`ClosedPipeExit`].
+pub fn note_line(args: std::fmt::Arguments) {
+    use std::io::Write;
+    if NOTES_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+        let _ = writeln!(std::io::stderr(), "{args}");
+    } else if let Err(e) = writeln!(std::io::stdout(), "{args}") {
+        ClosedPipeExit::check(&e);
+    }
+}
+
+/// Standard output that ends the program when its reader has gone (`pipeline run … | head`), as `cat` or
+/// `grep` end, with the exit code a shell reports for SIGPIPE (141), instead of failing the statement or
+/// panicking at the next print. A write into Lance stopped this way keeps its commits, as after any kill.
+/// NOTE: SIGPIPE itself stays ignored (Rust's default): restoring its default action would also end the
+/// program on a reset object-store connection.
+pub struct ClosedPipeExit<W>(pub W);
+
+impl ClosedPipeExit<()> {
+    /// End the program if `e` says the reader has gone.
+    pub fn check(e: &std::io::Error) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            // SAFETY: _exit ends the process at once; nothing after it runs. Not exit: its handlers would tear
+            // down ONNX Runtime under a running call.
+            unsafe { libc::_exit(141) }
+        }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for ClosedPipeExit<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).inspect_err(ClosedPipeExit::check)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().inspect_err(ClosedPipeExit::check)
+    }
+}
+
 /// The command line, parsed; and `pipeline run`'s job files and `-c` statements in the order they were given
 /// (clap keeps each kind in order, not the two together).
 pub fn parse() -> (Cli, Vec<job_input::Input>) {
@@ -574,6 +630,7 @@ fn job(
         eprintln!("warning: --var {} is not used by the job (no ${{…}} names it)", unused.join(", --var "));
     }
     let style = display::ResultStyle { format: output.format, max_rows: output.maxrows };
+    notes_to_stderr(output.format != display::Format::Table);
     Ok((statements, run::RunSettings { restart, device: settings.device, quiet, plans, sets, style }))
 }
 
@@ -713,6 +770,20 @@ fn s3_reply(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The versions `--version` prints are the ones Cargo.toml pins.
+    #[test]
+    fn printed_versions_are_the_pinned_ones() {
+        let manifest = include_str!("../../Cargo.toml");
+        assert!(
+            manifest.contains(&format!("lance = {{ version = \"={}\"", super::LANCE_VERSION)),
+            "Cargo.toml pins another lance"
+        );
+        assert!(
+            manifest.contains(&format!("ort = {{ version = \"={}\"", super::ORT_CRATE_VERSION)),
+            "Cargo.toml pins another ort"
+        );
+    }
+
     use super::plain;
 
     #[test]

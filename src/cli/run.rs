@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use futures::StreamExt;
 
-use super::display::{Format, ResultStyle, ResultWriter};
+use super::display::{ResultStyle, ResultWriter};
 use super::job_input::JobStatement;
 use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
@@ -105,7 +105,7 @@ pub async fn run_job(statements: &[JobStatement], settings: &RunSettings) -> any
     if !quiet {
         print_summary(&session, started, started.elapsed().as_secs_f64());
         if !others.is_empty() {
-            println!("shared machine: {}", sharing_advice(&others, threads_chosen()));
+            note!("shared machine: {}", sharing_advice(&others, threads_chosen()));
         }
     }
     Ok(())
@@ -216,7 +216,7 @@ async fn run_statement(
     {
         if !quiet && lance_target.is_some() {
             let t = &p.plan.totals;
-            println!(
+            note!(
                 "executing the plan {}: {} rows, {} useful tokens, {} units; the sources are as planned ({})",
                 p.dir.display(),
                 t.rows,
@@ -247,7 +247,7 @@ async fn run_statement(
         }
         session.metrics().record_file_write(&target, rows);
         if !quiet {
-            println!("wrote {rows} rows to {target}");
+            note!("wrote {rows} rows to {target}");
         }
         return Ok(());
     }
@@ -263,14 +263,14 @@ async fn run_statement(
         if !quiet && let Some(last) = commits.last() {
             let rows: u64 = commits.iter().map(|w| w.rows).sum();
             let seconds: f64 = commits.iter().map(|w| w.elapsed.as_secs_f64()).sum();
-            println!(
+            note!(
                 "wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)",
                 last.uri,
                 commits.len(),
                 last.version
             );
         } else if !quiet {
-            println!("nothing new to write: every id is already in the output");
+            note!("nothing new to write: every id is already in the output");
         }
         let options = EmbedOptions::from_config(ctx.state().config_options());
         if let (Ok(Some(budget)), Some(peak)) =
@@ -287,12 +287,12 @@ async fn run_statement(
         }
         if !quiet && let Some(p) = &planned {
             let (done, units) = p.plan.units_done();
-            println!("plan {}: {done} of {units} units done", p.plan.dir.display());
+            note!("plan {}: {done} of {units} units done", p.plan.dir.display());
         }
         if !quiet {
             for w in commits {
                 if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
-                    println!(
+                    note!(
                         "note: the previous version's vectors came from {before}; these from {now}. The fingerprint \
                          matches; `pipeline compare` checks how close they are."
                     );
@@ -302,7 +302,7 @@ async fn run_statement(
         return Ok(());
     }
     let schema = stream.schema();
-    let mut writer = ResultWriter::new(style.format, std::io::stdout().lock());
+    let mut writer = ResultWriter::new(style.format, super::ClosedPipeExit(std::io::stdout().lock()));
     let (mut rows, mut cut) = (0usize, false);
     while let Some(batch) = stream.next().await {
         if interrupt::stop_requested() {
@@ -322,8 +322,8 @@ async fn run_statement(
         let note = format!(
             "(showing the first {rows} rows; add a LIMIT, give --maxrows N or inf, or COPY the result to a file)"
         );
-        // Machine-read formats keep their output clean.
-        if style.format == Format::Table { println!("{note}") } else { eprintln!("{note}") }
+        // On stderr under the machine-read formats, which keep stdout for results.
+        note!("{note}");
     }
     Ok(())
 }
@@ -374,11 +374,11 @@ async fn prepare_write(
                 ));
             }
             if left == 0 && !quiet {
-                println!("embed.tag '{}' already marks version {v}, the current one: this job is done", options.tag);
+                note!("embed.tag '{}' already marks version {v}, the current one: this job is done", options.tag);
             }
         }
         if !quiet {
-            println!("resuming: {done} of {rows} already done in {}", target.uri);
+            note!("resuming: {done} of {rows} already done in {}", target.uri);
         }
     }
     Ok(Todo { rows: rows - done, tokens: plan.map(|p| p.plan.totals.useful_tokens - done_tokens) })
@@ -652,13 +652,13 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
         writes.last().map(|w| format!("{} at version {}", w.uri, w.version)).into_iter().collect();
     outputs.extend(files.iter().map(|(target, _)| target.clone()));
     if outputs.is_empty() {
-        println!("pipeline run: nothing written, wall {wall:.1} s");
+        note!("pipeline run: nothing written, wall {wall:.1} s");
     } else {
-        println!("pipeline run: {written} rows written to {}, wall {wall:.1} s", outputs.join(", "));
+        note!("pipeline run: {written} rows written to {}, wall {wall:.1} s", outputs.join(", "));
     }
     if e.docs + e.nulls > 0 {
         let efficiency = if e.processed_tokens > 0 { e.useful_tokens as f64 / e.processed_tokens as f64 } else { 0.0 };
-        println!(
+        note!(
             "embedded {} documents ({} NULL), {} useful of {} processed tokens (padding efficiency {:.3}), \
              {} truncated ({} tokens dropped), {:.0} useful tokens/s",
             e.docs,
@@ -671,14 +671,14 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
             e.useful_tokens as f64 / wall.max(1e-9)
         );
         if e.nulls > 0 && !writes.is_empty() {
-            println!(
+            note!(
                 "note: {} rows had a NULL text and were written with a NULL vector; their ids count as done, so a \
                  rerun skips them (the README's Resume section says how to embed them once they have text)",
                 e.nulls
             );
         }
         let first = session.metrics().first_call().map(|t| t.saturating_duration_since(started).as_secs_f64());
-        println!(
+        note!(
             "time: first model call at {:.1} s; tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls \
              and partitions, which overlap)",
             first.unwrap_or(0.0),
@@ -688,22 +688,22 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
         );
         let options = EmbedOptions::from_config(session.context().state().config_options());
         if options.uses_gpu_default() {
-            println!(
+            note!(
                 "model: {} (the float16 default for GPUs, which scripts/setup --gpu exports: the int8 default has \
                  no CUDA kernels for its quantisation; SET embed.model to choose another)",
                 options.model_dir().display()
             );
         } else if options.model_dir() != Path::new(&options.model) {
-            println!(
+            note!(
                 "model: {} (the default model as scripts/setup installed it; there is no {} here)",
                 options.model_dir().display(),
                 options.model
             );
         }
         if let Some(device) = session.metrics().device() {
-            println!("device: {device}");
+            note!("device: {device}");
             if let Some(fallback) = device.nodes.as_ref().filter(|n| !n.fallback_nodes.is_empty()) {
-                println!("nodes that fell back to the CPU: {}", fallback.fallback_nodes.join(", "));
+                note!("nodes that fell back to the CPU: {}", fallback.fallback_nodes.join(", "));
             }
         }
     }

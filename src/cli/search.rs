@@ -133,13 +133,23 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
         .filter(|f| !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
         .map(|f| format!("s.{}", quoted(f.name())))
         .collect();
-    ctx.register_table("hits", std::sync::Arc::new(MemTable::try_new(hits.schema(), vec![vec![hits.clone()]])?))?;
+    // Each hit numbered, so that the source rows are counted per hit (the dataset's own ids may repeat).
+    let numbered = {
+        let n = hits.num_rows() as u64;
+        let mut fields: Vec<_> = hits.schema().fields().iter().cloned().collect();
+        fields.push(std::sync::Arc::new(datafusion::arrow::datatypes::Field::new("__hit", DataType::UInt64, false)));
+        let mut columns = hits.columns().to_vec();
+        columns.push(std::sync::Arc::new(datafusion::arrow::array::UInt64Array::from_iter_values(0..n)));
+        RecordBatch::try_new(std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields)), columns)?
+    };
+    ctx.register_table("hits", std::sync::Arc::new(MemTable::try_new(numbered.schema(), vec![vec![numbered]])?))?;
     // One pass over the source: the join, with how many source rows each hit's id met.
-    let select = std::iter::once("h.*".to_string()).chain(extra).collect::<Vec<_>>().join(", ");
+    let own: Vec<String> = hits.schema().fields().iter().map(|f| format!("h.{}", quoted(f.name()))).collect();
+    let select = own.into_iter().chain(extra).collect::<Vec<_>>().join(", ");
     let joined = ctx
         .sql(&format!(
-            "SELECT {select}, count(*) OVER (PARTITION BY h.{i}) AS __copies FROM hits h LEFT JOIN source s \
-             ON h.{i} = s.{i} ORDER BY h._distance",
+            "SELECT {select}, count(*) OVER (PARTITION BY h.__hit) AS __copies FROM hits h LEFT JOIN source s \
+             ON h.{i} = s.{i} ORDER BY h._distance, h.__hit",
             i = quoted(id)
         ))
         .await?;

@@ -23,6 +23,8 @@ const MORE: &str = "       -> ";
 
 /// Run the set-up statements, then read statements from the terminal (or standard input) until the end.
 pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Result<()> {
+    // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
+    super::stop_on_signals();
     let session = job_session(settings).await?;
     let mut json_sources = Vec::new();
     for s in setup {
@@ -37,7 +39,6 @@ pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Re
         }
         return Ok(());
     }
-    super::stop_on_signals();
     interactive(&session, settings, &mut json_sources).await
 }
 
@@ -83,6 +84,8 @@ async fn interactive(
             Ok(statements) => {
                 for stmt in statements {
                     let s = JobStatement { source: String::new(), stmt };
+                    // A ctrl-C that came after the last statement ended is not for this one.
+                    interrupt::clear_stop();
                     let result = run_labelled(session, &s, settings, json_sources).await;
                     let stopped = interrupt::stop_requested();
                     interrupt::clear_stop();

@@ -121,8 +121,15 @@ pub async fn newest_run_record(
     want: impl Fn(&RunRecord) -> bool,
 ) -> Result<Option<(u64, RunRecord)>> {
     for v in existing_versions(ds, version).await? {
-        if let Some(r) = run_record(ds, v).await?.filter(|r| want(r)) {
-            return Ok(Some((v, r)));
+        if let Some(r) = run_record(ds, v).await? {
+            if want(&r) {
+                return Ok(Some((v, r)));
+            }
+            continue;
+        }
+        // An optimize's record carries the newest run record from before its cleanup, which may be gone.
+        if let Some(kept) = maintenance_record(ds, v).await?.and_then(|m| m.last_run).filter(|l| want(&l.record)) {
+            return Ok(Some((kept.version, kept.record)));
         }
     }
     Ok(None)

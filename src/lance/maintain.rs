@@ -43,6 +43,17 @@ pub struct MaintenanceRecord {
     pub compaction: Option<CompactionRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup: Option<CleanupRecord>,
+    /// The newest run record when the cleanup began, and its version: a cleanup may remove that version,
+    /// and search and lineage find the model through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<LastRun>,
+}
+
+/// A run record kept across a cleanup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastRun {
+    pub version: u64,
+    pub record: crate::campaign::RunRecord,
 }
 
 /// A vector index built.
@@ -54,7 +65,8 @@ pub struct IndexRecord {
     pub kind: String,
     /// `cosine`, `l2` or `dot`.
     pub metric: String,
-    /// IVF partitions asked for (null: Lance's choice from the row count).
+    /// IVF partitions asked for (null: Lance's choice from the row count); Lance may train fewer when there
+    /// are too few vectors.
     pub partitions: Option<usize>,
     /// PQ sub-vectors (IVF_PQ only).
     pub sub_vectors: Option<usize>,
@@ -205,6 +217,7 @@ pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u6
         }),
         compaction: None,
         cleanup: None,
+        last_run: None,
     };
     let columns = [request.column.as_str()];
     ds.create_index_builder(&columns, index_type, &params)
@@ -230,7 +243,7 @@ impl MaintenanceRecord {
                 i.column,
                 i.metric,
                 i.rows_indexed,
-                i.partitions.map(|p| format!(", {p} partitions")).unwrap_or_default(),
+                i.partitions.map(|p| format!(", {p} partitions asked for")).unwrap_or_default(),
                 if i.replaced { ", replacing the previous one" } else { "" }
             );
         }
@@ -298,6 +311,7 @@ pub async fn optimize(
             index: None,
             compaction,
             cleanup,
+            last_run: None,
         }
     };
     // The compaction's figures are known only after its commit: they go into the record committed last.
@@ -311,6 +325,9 @@ pub async fn optimize(
         files_added: metrics.files_added,
     };
     let compacted_version = (ds.version().version != before).then(|| ds.version().version);
+    let last_run = super::inspect::newest_run_record(ds, ds.version().version, |_| true)
+        .await?
+        .map(|(version, record)| LastRun { version, record });
     let tags = ds.tags().list().await.map_err(lance_err(&uri))?;
     let older = chrono::Duration::from_std(older_than)
         .map_err(|_| refuse(&uri, format!("--older-than {older_than_text} is too long")))?;
@@ -326,7 +343,8 @@ pub async fn optimize(
         tagged_kept,
     };
     let seconds = started.elapsed().as_secs_f64();
-    let note = record("optimize", Some(compaction.clone()), Some(cleanup.clone()), Some(seconds));
+    let mut note = record("optimize", Some(compaction.clone()), Some(cleanup.clone()), Some(seconds));
+    note.last_run = last_run;
     let stamp = chrono::Utc::now().to_rfc3339();
     let operation = Operation::UpdateConfig {
         config_updates: Some(UpdateMap {
@@ -348,6 +366,7 @@ pub async fn optimize(
     Ok(OptimizeReport { compacted_version, compaction, version: ds.version().version, cleanup, seconds })
 }
 
+/// A column name in Lance's filter dialect, which quotes names with backticks (double quotes make a string).
 fn quoted(column: &str) -> String {
-    format!("\"{}\"", column.replace('"', "\"\""))
+    format!("`{}`", column.replace('`', "``"))
 }

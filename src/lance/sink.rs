@@ -138,11 +138,10 @@ pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&F
     }
 }
 
-/// The device in the run record of the dataset's latest version written by this tool.
+/// The device in the newest run record of the dataset (an index or optimize commit after it has none).
 async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
-    let transaction = ds.read_transaction().await.ok()??;
-    let json = transaction.transaction_properties?.get(RUN_RECORD_KEY)?.clone();
-    serde_json::from_str::<RunRecord>(&json).ok()?.device
+    let found = super::inspect::newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await.ok()??;
+    found.1.device
 }
 
 #[async_trait]

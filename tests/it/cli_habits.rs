@@ -178,6 +178,11 @@ fn formats_carry_full_vectors_and_maxrows_cuts() {
     assert_eq!(out.lines().count(), 5);
     let (out, _) = run("table", many, &["--maxrows", "3"]);
     assert!(out.contains("| 3 |") && !out.contains("| 4 |") && out.contains("showing the first 3 rows"), "{out}");
+    // Without -q too: the notes and the summary go to stderr, so stdout parses.
+    let o = pipeline(&["run", "--format", "ndjson", "-c", "SELECT 1 AS n"], dir);
+    let (out, err) = text(&o);
+    assert_eq!(out, "{\"n\":1}\n");
+    assert!(err.contains("pipeline run: nothing written"), "{err}");
     let o = pipeline(&["run", "--maxrows", "0", "-c", "SELECT 1"], dir);
     assert!(!o.status.success() && text(&o).1.contains("inf for all"), "{:?}", text(&o));
     let (out, _) = run("json", "SELECT 1 AS n WHERE false", &[]);
@@ -202,8 +207,7 @@ fn a_reader_that_stops_early_ends_the_output_without_a_panic() {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE, as cat or grep: {:?}", o.status);
+    assert_eq!(o.status.code(), Some(141), "the code a shell gives a SIGPIPE, as cat or grep: {:?}", o.status);
 }
 
 #[test]
@@ -238,7 +242,10 @@ fn version_completions_and_log_levels() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(out.starts_with("pipeline ") && out.contains("DataFusion 54.1.0") && out.contains("Lance 14.0.2"), "{out}");
-    assert!(out.contains("ONNX Runtime 1.31.1") && out.contains("ort 2.0.0-rc.15"), "{out}");
+    // The library's own version, whichever scripts/setup installed (a version, then its path).
+    let ort = out.lines().find(|l| l.starts_with("ONNX Runtime ")).unwrap_or_default();
+    assert!(ort.chars().nth("ONNX Runtime ".len()).is_some_and(|c| c.is_ascii_digit()) && ort.contains(" ("), "{out}");
+    assert!(ort.contains("ort 2.0.0-rc.15"), "{out}");
     for (shell, mark) in [("bash", "_pipeline()"), ("zsh", "#compdef pipeline"), ("fish", "complete -c pipeline")] {
         let o = pipeline(&["completions", shell], dir);
         let out = text(&o).0;

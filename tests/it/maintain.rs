@@ -73,7 +73,8 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     let indexed = json(&pipeline(&["search", "--json", "out/docs.lance", query], dir));
     let (exact_ids, indexed_ids) = (ids(&exact), ids(&indexed));
     let shared = indexed_ids.iter().filter(|i| exact_ids.contains(i)).count();
-    assert!(shared >= 5 && indexed_ids[..3].contains(&exact_ids[0]), "exact {exact_ids:?}, indexed {indexed_ids:?}");
+    // (Approximate, and Lance's k-means is not seeded: a recall bound, not an order.)
+    assert!(shared >= 5, "exact {exact_ids:?}, indexed {indexed_ids:?}");
 
     // The same search in SQL, joined back to the source's text.
     let sql = format!(
@@ -109,7 +110,8 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     assert_eq!(v["record"]["index"]["replaced"], true, "{v}");
     assert_eq!(v["record"]["index"]["kind"], "ivf_hnsw_sq");
     let hnsw = json(&pipeline(&["search", "--json", "out/docs.lance", query], dir));
-    assert!(ids(&hnsw)[..3].contains(&exact_ids[0]), "{hnsw}");
+    let shared = ids(&hnsw).iter().filter(|i| exact_ids.contains(i)).count();
+    assert!(shared >= 5, "{hnsw}");
 
     // Failures are named: a bad query to embed_search, a missing column, a dataset too small for PQ.
     let o = pipeline(&["run", "-c", "SELECT * FROM embed_search('out/docs.lance')"], dir);
@@ -168,6 +170,25 @@ fn optimize_compacts_a_campaigns_commits_keeps_tagged_versions_and_the_vectors()
     // Search still finds the model through the run records left.
     let hits = json(&pipeline(&["search", "--json", "out/docs.lance", "a dog that can talk", "-k", "3"], dir));
     assert_eq!(hits.as_array().unwrap().len(), 3);
+    // The run records' versions all removed (the tag deleted first): search and lineage still find the model,
+    // through the run record optimize's own record carries.
+    let o = crate::common::python(
+        "import sys, lance; lance.dataset(sys.argv[1]).tags.delete('half')",
+        &[&dir.join("out/docs.lance").display().to_string()],
+        &[],
+    );
+    assert!(o.trim().is_empty(), "{o}");
+    let report = json(&pipeline(&["optimize", "out/docs.lance", "--older-than", "0s", "--json"], dir));
+    assert!(report["cleanup"]["versions_removed"].as_u64().unwrap() >= 1, "{report}");
+    let after = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    assert!(after["versions"].as_array().unwrap().iter().all(|v| v["run"].is_null()), "{after}");
+    let hits = json(&pipeline(&["search", "--json", "out/docs.lance", "a dog that can talk", "-k", "3"], dir));
+    assert_eq!(hits.as_array().unwrap().len(), 3);
+    let o = pipeline(&["lineage", "out/docs.lance"], dir);
+    let (out, _) = text(&o);
+    assert!(o.status.success() && out.contains("all-MiniLM-L6-v2") && !out.contains("is not recorded"), "{out}");
+    let o = pipeline(&["optimize", "out/docs.lance@1"], dir);
+    assert!(!o.status.success() && text(&o).1.contains("give out/docs.lance"), "{:?}", text(&o));
     // A second optimize has nothing to compact, and says so; a bad age is refused.
     let (out, err) = text(&pipeline(&["optimize", "out/docs.lance"], dir));
     assert!(out.contains("compaction: nothing to compact") && out.contains("older than 7d"), "{out}{err}");
