@@ -61,6 +61,10 @@ pub enum Error {
     #[error("stopped before the next model call, as asked")]
     Stopped,
 
+    /// Another command holds the dataset's write lock.
+    #[error("another {holder} is writing to {uri} (it holds {lock}); {advice}")]
+    Busy { uri: String, holder: String, lock: String, advice: String },
+
     /// A Lance dataset could not be opened, read or written.
     #[error("Lance dataset {uri}: {message}")]
     Lance { uri: String, message: String },

@@ -6,6 +6,7 @@ use embedding_pipeline::cli;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    end_quietly_on_a_closed_stdout();
     let (cli, inputs) = cli::parse();
     // -v / -q first, then RUST_LOG, then warnings only.
     let filter = match cli.log_filter() {
@@ -51,4 +52,26 @@ fn limit_malloc_arenas() {
             libc::mallopt(libc::M_ARENA_MAX, (cores / 2).max(2) as i32);
         }
     }
+}
+
+/// Every command's output into a reader that has gone (`pipeline inspect … | head -3`) ends the program as
+/// `cat` ends, with the code a shell gives SIGPIPE (141), instead of the panic `println!` raises on a closed
+/// stdout. SIGPIPE itself stays ignored, as Rust leaves it: its default action would also end a run on a reset
+/// object-store connection. (`pipeline run`'s results go through `cli::ClosedPipeExit`, which sees the error.)
+fn end_quietly_on_a_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            // SAFETY: _exit ends the process at once; nothing after it runs (not exit: its handlers would tear
+            // down ONNX Runtime under a running call).
+            unsafe { libc::_exit(141) }
+        }
+        default(info);
+    }));
 }

@@ -90,18 +90,31 @@ pub fn parse_all(state: &SessionState, statements: &[Statement]) -> Result<(), (
     Ok(())
 }
 
-/// The value of `SET key = value` (or `SET key TO value`) when `sql` sets `key`, unquoted.
+/// The value of `SET key = value` (or `SET key TO value`, `SET key=value`) when `sql` sets `key`, unquoted.
 fn set_value(sql: &str, key: &str) -> Option<String> {
-    let mut words = sql.split_whitespace();
-    if !words.next()?.eq_ignore_ascii_case("set") || !words.next()?.eq_ignore_ascii_case(key) {
+    let (name, rest) = set_key(sql)?;
+    if !name.eq_ignore_ascii_case(key) {
         return None;
     }
-    let rest: Vec<&str> = words.collect();
-    let value = match rest.as_slice() {
-        [eq, value] if *eq == "=" || eq.eq_ignore_ascii_case("to") => *value,
-        _ => return None,
+    let rest = rest.trim();
+    let value = match rest.strip_prefix('=') {
+        Some(v) => v,
+        None => rest.get(..2).filter(|w| w.eq_ignore_ascii_case("to")).map(|_| &rest[2..])?,
     };
-    Some(value.trim_matches(['\'', '"']).to_string())
+    Some(value.trim().trim_matches(['\'', '"']).to_string())
+}
+
+/// The key a `SET key …` statement sets, and what follows it (`SET key = v`, `SET key TO v`, `SET key=v`,
+/// any case); None for any other statement.
+pub fn set_key(sql: &str) -> Option<(&str, &str)> {
+    let sql = sql.trim_start();
+    let rest = sql.get(..3).filter(|w| w.eq_ignore_ascii_case("set")).map(|_| &sql[3..])?;
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let end = rest.find(|c: char| c.is_whitespace() || c == '=').unwrap_or(rest.len());
+    Some((&rest[..end], &rest[end..]))
 }
 
 /// Byte offset of each line's start, to turn the tokenizer's (line, column in characters) into offsets.

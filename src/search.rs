@@ -12,8 +12,8 @@ use datafusion::arrow::datatypes::DataType;
 
 use crate::campaign::Fingerprint;
 use crate::lance::inspect::newest_run_record;
-use crate::lance::open_dataset;
 use crate::lance::sink::fingerprint_of_dataset;
+use crate::lance::{Metric, no_vector_column, open_dataset};
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
@@ -31,8 +31,7 @@ pub struct SearchRequest {
     pub model: Option<PathBuf>,
     /// The vector column.
     pub column: String,
-    /// cosine, l2 or dot.
-    pub metric: String,
+    pub metric: Metric,
     /// Search every vector, without the index.
     pub exact: bool,
     /// Embed the query with this prompt of the model instead of the documents' own.
@@ -49,7 +48,7 @@ impl SearchRequest {
             filter: None,
             model: None,
             column: "embedding".into(),
-            metric: "cosine".into(),
+            metric: Metric::Cosine,
             exact: false,
             prompt_name: None,
         }
@@ -74,14 +73,14 @@ fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
 
 /// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
 pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
-    let metric = crate::lance::maintain::metric(&args.metric).map_err(|e| anyhow!("--{e}"))?;
     if args.k == 0 {
-        bail!("-k must be at least 1");
+        bail!("a search returns at least 1 row (k = 0)");
     }
     let ds = open_dataset(&args.dataset).await?;
-    let field = ds.schema().field(&args.column).ok_or_else(|| {
-        anyhow!("{}: no column `{}` (choose the vector column with --column)", args.dataset, args.column)
-    })?;
+    let field = ds
+        .schema()
+        .field(&args.column)
+        .ok_or_else(|| anyhow!("{}: {}", args.dataset, no_vector_column(ds.schema(), &args.column)))?;
     if !matches!(field.data_type(), DataType::FixedSizeList(_, _)) {
         bail!("{}: column `{}` holds no vectors ({})", args.dataset, args.column, field.data_type());
     }
@@ -98,8 +97,8 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
             let found = newest_run_record(&ds, ds.version().version, |r| r.model_dir.is_some()).await?;
             found.and_then(|(_, r)| r.model_dir).map(PathBuf::from).ok_or_else(|| {
                 anyhow!(
-                    "{}: its run records do not say where the model is (written by an older version); give the \
-                     model directory with --model",
+                    "{}: its run records do not say where the model is (written by an older version); search it \
+                     with pipeline search --model DIR, naming the model directory that made it",
                     args.dataset
                 )
             })?
@@ -121,7 +120,7 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
             differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
         bail!(
             "refusing to search {}: the model directory {} does not make its vectors, so a query embedded with it \
-             would not be comparable:\n{}\nGive the model that made them with --model.",
+             would not be comparable:\n{}\nSearch with the model directory that made them (pipeline search --model DIR).",
             args.dataset,
             dir.display(),
             lines.join("\n")
@@ -138,25 +137,31 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
     };
     let q = datafusion::arrow::compute::cast(&q, &element)?;
 
-    let mut columns: Vec<String> = ds
-        .schema()
-        .fields
-        .iter()
-        .filter(|f| f.name != args.column && !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
-        .map(|f| f.name.clone())
-        .collect();
-    // Named, not left to Lance to add (which it warns is going away).
-    columns.push("_distance".into());
+    // `_distance` named, not left to Lance to add (which it warns is going away).
+    let columns: Vec<String> = hit_fields(ds.schema()).iter().map(|f| f.name().clone()).collect();
     let mut scan = ds.scan();
     scan.project(&columns)?;
     scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k)?;
-    scan.distance_metric(metric);
+    scan.distance_metric(args.metric.lance());
     if args.exact {
         scan.use_index(false);
     }
     if let Some(filter) = &args.filter {
         scan.prefilter(true);
-        scan.filter(filter).with_context(|| format!("--where {filter}"))?;
+        scan.filter(filter).with_context(|| format!("the filter {filter}"))?;
     }
     Ok(scan.try_into_batch().await?)
+}
+
+/// The columns a search of a dataset of `schema` returns: every column but the vectors, then `_distance`.
+pub fn hit_fields(schema: &lance::datatypes::Schema) -> Vec<datafusion::arrow::datatypes::Field> {
+    let arrow = datafusion::arrow::datatypes::Schema::from(schema);
+    let mut fields: Vec<_> = arrow
+        .fields()
+        .iter()
+        .filter(|f| !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(datafusion::arrow::datatypes::Field::new("_distance", DataType::Float32, true));
+    fields
 }

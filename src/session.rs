@@ -34,16 +34,7 @@ impl EmbedSession {
     pub fn with_options(options: EmbedOptions) -> Result<Self> {
         options.check_all()?;
         let metrics = Arc::new(RunMetrics::default());
-        let config =
-            SessionConfig::new().with_information_schema(true).with_option_extension(EmbedConfig(options.clone()));
-        let runtime =
-            RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
-        let mut state = SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(Arc::new(runtime))
-            .with_default_features()
-            .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(&metrics))))
-            .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))
+        let mut state = reading_state(&options, &metrics)?
             .with_physical_optimizer_rule(Arc::new(EmbedWriteRule::new(Arc::clone(&metrics))))
             .build();
         state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
@@ -59,16 +50,7 @@ impl EmbedSession {
     /// A session that reads what a campaign reads and writes (its sources and Lance datasets, local or on
     /// an object store), without `embed()`, which needs a model: for commands that only look.
     pub fn for_reading() -> Result<SessionContext> {
-        let metrics = Arc::new(RunMetrics::default());
-        let runtime =
-            RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
-        let state = SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_option_extension(EmbedConfig(EmbedOptions::default())))
-            .with_runtime_env(Arc::new(runtime))
-            .with_default_features()
-            .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(metrics)))
-            .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))
-            .build();
+        let state = reading_state(&EmbedOptions::default(), &Arc::new(RunMetrics::default()))?.build();
         Ok(SessionContext::new_with_state(state))
     }
 
@@ -81,4 +63,17 @@ impl EmbedSession {
     pub fn metrics(&self) -> &Arc<RunMetrics> {
         &self.metrics
     }
+}
+
+/// What every session has: the `embed.*` options and information_schema, the object stores, and the Lance
+/// and JSON table factories.
+fn reading_state(options: &EmbedOptions, metrics: &Arc<RunMetrics>) -> Result<SessionStateBuilder> {
+    let config = SessionConfig::new().with_information_schema(true).with_option_extension(EmbedConfig(options.clone()));
+    let runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
+    Ok(SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(Arc::new(runtime))
+        .with_default_features()
+        .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(metrics))))
+        .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default())))
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::script::{Statement, split_statements};
+use crate::script::{Statement, set_key, split_statements};
 
 /// One place statements come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,18 +158,9 @@ pub fn check_sets_against_job(sets: &[(String, String)], statements: &[JobStatem
     Ok(())
 }
 
-/// Whether `sql` is `SET key …` (`SET key = v`, `SET key TO v`, `SET key=v`), any case.
+/// Whether `sql` is `SET key …`, any case.
 fn sets_key(sql: &str, key: &str) -> bool {
-    let sql = sql.trim_start();
-    let Some(rest) = sql.get(..3).filter(|w| w.eq_ignore_ascii_case("set")).map(|_| &sql[3..]) else {
-        return false;
-    };
-    if !rest.starts_with(char::is_whitespace) {
-        return false;
-    }
-    let rest = rest.trim_start();
-    let name = rest.split(|c: char| c.is_whitespace() || c == '=').next().unwrap_or_default();
-    name.eq_ignore_ascii_case(key)
+    set_key(sql).is_some_and(|(name, _)| name.eq_ignore_ascii_case(key))
 }
 
 #[cfg(test)]

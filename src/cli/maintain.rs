@@ -3,21 +3,23 @@
 
 use anyhow::{Context, bail};
 
+use crate::lance::lock::{Holder, WriteLock};
 use crate::lance::maintain::{self, IndexKind, IndexRequest};
-use crate::lance::open_dataset;
+use crate::lance::{Metric, dataset_uri, open_dataset};
 
 /// Build the index and say what was built.
 pub async fn index(
     dataset: &str,
     column: &str,
     kind: IndexKind,
-    metric: &str,
+    metric: Metric,
     partitions: Option<usize>,
     json: bool,
 ) -> anyhow::Result<()> {
     latest_only(dataset, "index")?;
     let mut ds = open_dataset(dataset).await?;
-    let request = IndexRequest { column: column.into(), kind, metric: metric.into(), partitions };
+    let _lock = locked(&mut ds, dataset, Holder::Index).await?;
+    let request = IndexRequest { column: column.into(), kind, metric, partitions };
     let (version, record) = maintain::build_index(&mut ds, &request).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "version": version, "record": record }))?);
@@ -34,6 +36,7 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
         .with_context(|| format!("--older-than {older_than}: give a duration such as 7d, 36h or 0s"))?;
     latest_only(dataset, "optimize")?;
     let mut ds = open_dataset(dataset).await?;
+    let _lock = locked(&mut ds, dataset, Holder::Optimize).await?;
     let report = maintain::optimize(&mut ds, age, older_than).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -60,6 +63,16 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
         println!("recorded in version {} ({:.1} s)", report.version, report.seconds);
     }
     Ok(())
+}
+
+/// The dataset's write lock, taken once the dataset is known to be there, and the dataset as it is under it
+/// (a write may have committed between the open and the lock).
+async fn locked(ds: &mut lance::Dataset, dataset: &str, holder: Holder) -> anyhow::Result<WriteLock> {
+    // The URI a write locks (see crate::lance::LanceSink).
+    let lock = WriteLock::acquire(&dataset_uri(dataset), holder)?;
+    let uri = ds.uri().to_string();
+    ds.checkout_latest().await.map_err(crate::lance::lance_err(&uri))?;
+    Ok(lock)
 }
 
 /// Refuse `path@version` and `path@tag`: maintenance commits onto the latest version, not an older checkout.

@@ -296,9 +296,9 @@ pub enum Command {
         /// ivf_pq (small, fast; needs 256 rows) or ivf_hnsw_sq (more recall, more memory).
         #[arg(long, value_enum, default_value_t = crate::lance::maintain::IndexKind::IvfPq)]
         kind: crate::lance::maintain::IndexKind,
-        /// cosine, l2 or dot: the metric searches must use for the index to serve them.
-        #[arg(long, default_value = "cosine", value_parser = ["cosine", "l2", "dot"])]
-        metric: String,
+        /// The metric searches must use for the index to serve them.
+        #[arg(long, value_enum, default_value_t = crate::lance::Metric::Cosine)]
+        metric: crate::lance::Metric,
         /// The vector column.
         #[arg(long, default_value = "embedding")]
         column: String,
@@ -430,19 +430,19 @@ pub(crate) fn notes_to_stderr(on: bool) {
     NOTES_TO_STDERR.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// One note line (the `note!` macro). A closed stdout ends the program quietly: see [`ClosedPipeExit`].
+/// One note line (the `note!` macro). A closed stdout ends the program quietly (the binary's panic hook).
 pub fn note_line(args: std::fmt::Arguments) {
-    use std::io::Write;
     if NOTES_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
-        let _ = writeln!(std::io::stderr(), "{args}");
-    } else if let Err(e) = writeln!(std::io::stdout(), "{args}") {
-        ClosedPipeExit::check(&e);
+        eprintln!("{args}");
+    } else {
+        println!("{args}");
     }
 }
 
 /// Standard output that ends the program when its reader has gone (`pipeline run … | head`), as `cat` or
-/// `grep` end, with the exit code a shell reports for SIGPIPE (141), instead of failing the statement or
-/// panicking at the next print. A write into Lance stopped this way keeps its commits, as after any kill.
+/// `grep` end, with the exit code a shell reports for SIGPIPE (141), instead of failing the statement: for
+/// writers that return the error (`println!` panics instead, which the binary's panic hook turns into the same
+/// exit). A write into Lance stopped this way keeps its commits, as after any kill.
 /// NOTE: SIGPIPE itself stays ignored (Rust's default): restoring its default action would also end the
 /// program on a reset object-store connection.
 pub struct ClosedPipeExit<W>(pub W);
@@ -578,7 +578,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             search::search(&args).await
         }
         Command::Index { dataset, kind, metric, column, partitions, json } => {
-            maintain::index(&dataset, &column, kind, &metric, partitions.map(|p| p as usize), json).await
+            maintain::index(&dataset, &column, kind, metric, partitions.map(|p| p as usize), json).await
         }
         Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
@@ -634,7 +634,28 @@ fn job(
     Ok((statements, run::RunSettings { restart, device: settings.device, quiet, plans, sets, style }))
 }
 
-/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once.
+/// Whether `pipeline sql` waits at its prompt, where a SIGTERM ends it at once (nothing is running, and its
+/// history is saved).
+static AT_PROMPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn at_prompt(on: bool) {
+    AT_PROMPT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The terminal's settings before the line editor changed them, restored when a SIGTERM ends the shell at its
+/// prompt (the editor cannot: it is waiting for a key).
+static TERMINAL: std::sync::OnceLock<libc::termios> = std::sync::OnceLock::new();
+
+pub(crate) fn remember_terminal() {
+    // SAFETY: a zeroed termios is a valid value to pass; tcgetattr fills it for standard input.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    if unsafe { libc::tcgetattr(0, &mut t) } == 0 {
+        let _ = TERMINAL.set(t);
+    }
+}
+
+/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once. A SIGTERM
+/// at `pipeline sql`'s prompt, where nothing runs, exits at once.
 ///
 /// The signals are watched on a thread of their own, so that a second one is answered even while the
 /// main runtime is busy or shutting down.
@@ -646,9 +667,18 @@ pub(crate) fn stop_on_signals() {
             let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
             // NOTE: a `for` over an endless range, not `loop`, so that the block's `Ok(())` still types it.
             for _ in 0u64.. {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
+                let terminated = tokio::select! {
+                    _ = int.recv() => false,
+                    _ = term.recv() => true,
+                };
+                if terminated && AT_PROMPT.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(t) = TERMINAL.get() {
+                        // SAFETY: settings tcgetattr gave, back onto standard input.
+                        unsafe { libc::tcsetattr(0, libc::TCSANOW, t) };
+                    }
+                    eprintln!("\nterminated at the prompt");
+                    // SAFETY: _exit ends the process; nothing after it runs. 143: 128 + SIGTERM, as a shell says.
+                    unsafe { libc::_exit(143) }
                 }
                 // The first since the last stop was honoured (pipeline sql clears it after each statement).
                 if !crate::campaign::interrupt::stop_requested() {

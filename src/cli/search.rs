@@ -11,6 +11,7 @@ use anyhow::{Context, anyhow, bail};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 
+use crate::lance::Metric;
 use crate::search::{SearchRequest, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
@@ -32,9 +33,9 @@ pub struct SearchArgs {
     /// The vector column.
     #[arg(long, default_value = "embedding")]
     pub column: String,
-    /// cosine, l2 or dot.
-    #[arg(long, default_value = "cosine")]
-    pub metric: String,
+    /// How vectors are compared; the index (pipeline index) serves a search of its own metric.
+    #[arg(long, value_enum, default_value_t = Metric::Cosine)]
+    pub metric: Metric,
     /// Print JSON (an array of rows).
     #[arg(long)]
     pub json: bool,
@@ -65,7 +66,7 @@ impl SearchArgs {
             filter: self.filter.clone(),
             model: self.model.clone(),
             column: self.column.clone(),
-            metric: self.metric.clone(),
+            metric: self.metric,
             exact: self.exact,
             prompt_name: self.prompt_name.clone(),
         }

@@ -2,8 +2,9 @@
 //! editing and a history kept in the install home. A statement runs when a line ends it with `;`; its result
 //! prints as `pipeline run` prints it, and an error is shown without leaving the shell. ctrl-C at the prompt
 //! clears the statement being typed; during a write it commits what is embedded and stops the statement;
-//! ctrl-D or `\q` leaves. When standard input is not a terminal, its statements run in order and the first
-//! error ends the shell with a non-zero exit.
+//! ctrl-D or `\q` leaves. The history is saved as each statement is entered, so a SIGTERM at the prompt (which
+//! ends the shell at once, exit code 143) or a kill loses none of it. When standard input is not a terminal,
+//! its statements run in order and the first error ends the shell with a non-zero exit.
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
@@ -47,17 +48,24 @@ async fn interactive(
     settings: &RunSettings,
     json_sources: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    super::remember_terminal();
     let mut editor = DefaultEditor::new()?;
     let history = history_file();
     if let Some(file) = &history {
         let _ = editor.load_history(file);
+        if let Some(dir) = file.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
     }
     if !settings.quiet {
         println!("pipeline sql: statements end with `;`, \\q or ctrl-D leaves");
     }
     let mut buffer = String::new();
     loop {
-        let line = match editor.readline(if buffer.is_empty() { PROMPT } else { MORE }) {
+        super::at_prompt(true);
+        let read = editor.readline(if buffer.is_empty() { PROMPT } else { MORE });
+        super::at_prompt(false);
+        let line = match read {
             Ok(line) => line,
             Err(ReadlineError::Interrupted) => {
                 buffer.clear();
@@ -78,6 +86,9 @@ async fn interactive(
             continue;
         }
         let _ = editor.add_history_entry(buffer.trim_end());
+        if let Some(file) = &history {
+            let _ = editor.save_history(file);
+        }
         let text = std::mem::take(&mut buffer);
         match split_statements(&text) {
             Err(e) => eprintln!("error: {e}"),
@@ -99,12 +110,6 @@ async fn interactive(
                 }
             }
         }
-    }
-    if let Some(file) = &history {
-        if let Some(dir) = file.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let _ = editor.save_history(file);
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! timestamp, its tags, its row count, and whether its ids are unique. The JSON form of
 //! [`DatasetReport`] is a stable interface for scripts (documented in the README).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
@@ -10,7 +10,8 @@ use lance::Dataset;
 use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
-use super::maintain::{MaintenanceRecord, maintenance_record};
+use super::lance_err;
+use super::maintain::{MAINTENANCE_KEY, MaintenanceRecord};
 use super::sink::fingerprint_of_dataset;
 use crate::campaign::{Fingerprint, RUN_RECORD_KEY, RunRecord};
 use crate::error::{Error, Result};
@@ -57,10 +58,6 @@ pub struct VersionReport {
     pub maintenance: Option<MaintenanceRecord>,
 }
 
-fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
-    move |e| Error::Lance { uri: uri.to_string(), message: super::lance_message(&e) }
-}
-
 /// Inspect the dataset at `uri`; `id_column` names the ids to check.
 pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
     let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
@@ -70,8 +67,7 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
     let mut versions = Vec::new();
     for v in ds.versions().await.map_err(lance_err(uri))? {
-        let run = run_record(&ds, v.version).await?;
-        let maintenance = if run.is_none() { maintenance_record(&ds, v.version).await? } else { None };
+        let (run, maintenance) = version_records(&ds, v.version).await?;
         versions.push(VersionReport {
             version: v.version,
             timestamp: v.timestamp.to_rfc3339(),
@@ -91,12 +87,18 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
 
 /// The run record committed with `version` of `ds`, or None for a version this tool did not write.
 pub async fn run_record(ds: &Dataset, version: u64) -> Result<Option<RunRecord>> {
-    let uri = ds.uri();
-    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(uri))?.transaction;
-    Ok(transaction
-        .and_then(|t| t.transaction_properties)
-        .and_then(|p| p.get(RUN_RECORD_KEY).cloned())
-        .and_then(|json| serde_json::from_str(&json).ok()))
+    Ok(version_records(ds, version).await?.0)
+}
+
+/// What this tool committed with `version` of `ds`, read from its transaction once: the run record of a
+/// write, or the maintenance record of `pipeline index` / `pipeline optimize` (at most one is there).
+pub async fn version_records(ds: &Dataset, version: u64) -> Result<(Option<RunRecord>, Option<MaintenanceRecord>)> {
+    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(ds.uri()))?.transaction;
+    let Some(properties) = transaction.and_then(|t| t.transaction_properties) else { return Ok((None, None)) };
+    fn read<T: serde::de::DeserializeOwned>(properties: &HashMap<String, String>, key: &str) -> Option<T> {
+        properties.get(key).and_then(|json| serde_json::from_str(json).ok())
+    }
+    Ok((read(&properties, RUN_RECORD_KEY), read(&properties, MAINTENANCE_KEY)))
 }
 
 /// The versions of `ds` still there, up to `version`, newest first (a cleanup removes older ones).
@@ -121,15 +123,16 @@ pub async fn newest_run_record(
     want: impl Fn(&RunRecord) -> bool,
 ) -> Result<Option<(u64, RunRecord)>> {
     for v in existing_versions(ds, version).await? {
-        if let Some(r) = run_record(ds, v).await? {
-            if want(&r) {
-                return Ok(Some((v, r)));
+        match version_records(ds, v).await? {
+            (Some(r), _) if want(&r) => return Ok(Some((v, r))),
+            (Some(_), _) => {}
+            // An optimize's record carries the newest run record from before its cleanup, which may be gone.
+            (None, Some(m)) => {
+                if let Some(kept) = m.last_run.filter(|l| want(&l.record)) {
+                    return Ok(Some((kept.version, kept.record)));
+                }
             }
-            continue;
-        }
-        // An optimize's record carries the newest run record from before its cleanup, which may be gone.
-        if let Some(kept) = maintenance_record(ds, v).await?.and_then(|m| m.last_run).filter(|l| want(&l.record)) {
-            return Ok(Some((kept.version, kept.record)));
+            (None, None) => {}
         }
     }
     Ok(None)

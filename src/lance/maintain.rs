@@ -18,9 +18,9 @@ use lance_index::vector::hnsw::builder::HnswBuildParams;
 use lance_index::vector::ivf::IvfBuildParams;
 use lance_index::vector::pq::PQBuildParams;
 use lance_index::vector::sq::builder::SQBuildParams;
-use lance_linalg::distance::MetricType;
 use serde::{Deserialize, Serialize};
 
+use super::{Metric, lance_err, no_vector_column};
 use crate::error::{Error, Result};
 
 /// The transaction property holding a [`MaintenanceRecord`].
@@ -116,16 +116,6 @@ impl IndexKind {
     }
 }
 
-/// The metric of a name: `cosine`, `l2` or `dot`.
-pub fn metric(name: &str) -> std::result::Result<MetricType, String> {
-    match name {
-        "cosine" => Ok(MetricType::Cosine),
-        "l2" => Ok(MetricType::L2),
-        "dot" => Ok(MetricType::Dot),
-        other => Err(format!("metric {other}: use cosine, l2 or dot")),
-    }
-}
-
 /// PQ's rows to train on at 8 bits: below this Lance commits an untrained index that searches nothing.
 pub const PQ_MIN_ROWS: u64 = 256;
 
@@ -134,12 +124,8 @@ pub const PQ_MIN_ROWS: u64 = 256;
 pub struct IndexRequest {
     pub column: String,
     pub kind: IndexKind,
-    pub metric: String,
+    pub metric: Metric,
     pub partitions: Option<usize>,
-}
-
-fn lance_err(uri: &str) -> impl Fn(lance::Error) -> Error + '_ {
-    move |e| Error::Lance { uri: uri.to_string(), message: super::lance_message(&e) }
 }
 
 fn refuse(uri: &str, message: String) -> Error {
@@ -150,10 +136,11 @@ fn refuse(uri: &str, message: String) -> Error {
 pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, MaintenanceRecord)> {
     let started = Instant::now();
     let uri = ds.uri().to_string();
-    let metric_type = metric(&request.metric).map_err(|m| refuse(&uri, m))?;
-    let field = ds.schema().field(&request.column).ok_or_else(|| {
-        refuse(&uri, format!("has no column `{}` (choose the vector column with --column)", request.column))
-    })?;
+    let metric_type = request.metric.lance();
+    let field = ds
+        .schema()
+        .field(&request.column)
+        .ok_or_else(|| refuse(&uri, no_vector_column(ds.schema(), &request.column)))?;
     let dim = match field.data_type() {
         datafusion::arrow::datatypes::DataType::FixedSizeList(_, d) => d as usize,
         other => return Err(refuse(&uri, format!("column `{}` holds no vectors ({other})", request.column))),
@@ -209,7 +196,7 @@ pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u6
             name: name.clone(),
             column: request.column.clone(),
             kind: request.kind.name().into(),
-            metric: request.metric.clone(),
+            metric: request.metric.name().into(),
             partitions: request.partitions,
             sub_vectors,
             rows_indexed: rows,
@@ -269,15 +256,6 @@ impl MaintenanceRecord {
     fn properties(&self) -> HashMap<String, String> {
         HashMap::from([(MAINTENANCE_KEY.to_string(), serde_json::to_string(self).unwrap_or_default())])
     }
-}
-
-/// The maintenance record committed with `version` of `ds`, or None.
-pub async fn maintenance_record(ds: &Dataset, version: u64) -> Result<Option<MaintenanceRecord>> {
-    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(ds.uri()))?.transaction;
-    Ok(transaction
-        .and_then(|t| t.transaction_properties)
-        .and_then(|p| p.get(MAINTENANCE_KEY).cloned())
-        .and_then(|json| serde_json::from_str(&json).ok()))
 }
 
 /// What `pipeline optimize` did.

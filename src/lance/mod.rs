@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod format;
 pub mod inspect;
+pub mod lock;
 pub mod maintain;
 pub mod resume;
 pub mod sink;
@@ -12,6 +13,55 @@ pub mod table;
 pub use format::LanceFormatFactory;
 pub use sink::LanceSink;
 pub use table::{LanceTable, LanceTableFactory};
+
+/// How vectors are compared: by a search, and by the vector index that serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Metric {
+    /// 1 - cosine similarity (what normalised sentence embeddings are made for).
+    #[default]
+    Cosine,
+    /// Squared Euclidean distance.
+    L2,
+    /// Negative dot product.
+    Dot,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cosine => "cosine",
+            Self::L2 => "l2",
+            Self::Dot => "dot",
+        }
+    }
+
+    pub(crate) fn lance(self) -> lance_linalg::distance::MetricType {
+        use lance_linalg::distance::MetricType;
+        match self {
+            Self::Cosine => MetricType::Cosine,
+            Self::L2 => MetricType::L2,
+            Self::Dot => MetricType::Dot,
+        }
+    }
+}
+
+/// The columns of `schema` that hold vectors, by name.
+pub fn vector_columns(schema: &lance::datatypes::Schema) -> Vec<String> {
+    schema
+        .fields
+        .iter()
+        .filter(|f| matches!(f.data_type(), datafusion::arrow::datatypes::DataType::FixedSizeList(_, _)))
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+/// "no column `x`": what a command that reads vectors says about a column that is not there.
+pub(crate) fn no_vector_column(schema: &lance::datatypes::Schema, column: &str) -> String {
+    match vector_columns(schema).as_slice() {
+        [] => format!("has no column `{column}`, and no column of vectors"),
+        found => format!("has no column `{column}`; its vectors are in {}", found.join(", ")),
+    }
+}
 
 /// Turn a user's location into the URI Lance opens: a local path is made absolute (relative to the
 /// working directory); anything with a scheme is kept as it is.
@@ -22,6 +72,11 @@ pub fn dataset_uri(location: &str) -> String {
         None => location.strip_prefix("file:").unwrap_or(location),
     };
     std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
+}
+
+/// A Lance error on the dataset at `uri`, in this crate's terms.
+pub(crate) fn lance_err(uri: &str) -> impl Fn(lance::Error) -> crate::Error + '_ {
+    move |e| crate::Error::Lance { uri: uri.to_string(), message: lance_message(&e) }
 }
 
 /// What went wrong with a Lance dataset, in the user's terms: Lance's own "not found" names the path

@@ -29,6 +29,7 @@ use futures::StreamExt;
 use lance::Dataset;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
+use super::lock::{Holder, WriteLock};
 use crate::campaign::{
     DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt, lineage,
 };
@@ -62,7 +63,7 @@ impl LanceSink {
         metrics: Arc<RunMetrics>,
     ) -> Result<Self> {
         check_output_location(&uri)?;
-        let lock = WriteLock::acquire(&uri)?;
+        let lock = WriteLock::acquire(&uri, Holder::Run)?;
         Ok(Self { uri, schema, fingerprint, metrics, _lock: lock })
     }
 
@@ -407,49 +408,4 @@ fn check_output_location(uri: &str) -> Result<()> {
     refuse(format!(
         "is a directory that is not a Lance dataset (it holds {shown}{more}); write to a new path, or empty it"
     ))
-}
-
-/// One writer per dataset at a time: an exclusive advisory lock on a file beside the dataset, held from
-/// the write's planning to its end and released when the process ends, however it ends.
-#[derive(Debug)]
-struct WriteLock {
-    _file: std::fs::File,
-}
-
-impl WriteLock {
-    fn acquire(uri: &str) -> Result<Self> {
-        let path = lock_path(uri);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| exec_datafusion_err!("cannot create {}: {e}", dir.display()))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| exec_datafusion_err!("cannot open lock file {}: {e}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Self { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(exec_datafusion_err!(
-                "another pipeline run is writing to {uri} (it holds {}); wait for it to finish, or stop it and rerun \
-                 this job to resume",
-                path.display()
-            )),
-            Err(std::fs::TryLockError::Error(e)) => Err(exec_datafusion_err!("cannot lock {}: {e}", path.display())),
-        }
-    }
-}
-
-/// `dir/.name.lance.lock` for the local dataset `dir/name.lance`. An object store has no advisory locks:
-/// the lock of an `s3://` dataset is a file named by the URI's digest in the install home, so it keeps
-/// runs on one machine apart, and no more (see the README on object stores).
-pub fn lock_path(uri: &str) -> std::path::PathBuf {
-    if !crate::stores::is_local(uri) {
-        let home = crate::model::runtime::install_home().unwrap_or_else(std::env::temp_dir);
-        let digest = crate::campaign::plan::hex_sha256(uri.trim_end_matches('/').as_bytes());
-        return home.join("locks").join(format!("{}.lock", &digest[..16]));
-    }
-    let p = std::path::Path::new(uri);
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into());
-    p.with_file_name(format!(".{name}.lock"))
 }

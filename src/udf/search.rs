@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
 use datafusion::datasource::TableType;
@@ -14,7 +14,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::search::{SearchRequest, nearest};
+use crate::search::{SearchRequest, hit_fields, nearest};
 
 /// The table function.
 #[derive(Debug, Default)]
@@ -58,15 +58,7 @@ fn hit_schema(dataset: &str) -> Result<SchemaRef> {
     let open = || -> Result<SchemaRef> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let ds = runtime.block_on(crate::lance::open_dataset(dataset)).map_err(DataFusionError::from)?;
-        let arrow = Schema::from(ds.schema());
-        let mut fields: Vec<Field> = arrow
-            .fields()
-            .iter()
-            .filter(|f| !matches!(f.data_type(), DataType::FixedSizeList(_, _)))
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.push(Field::new("_distance", DataType::Float32, true));
-        Ok(Arc::new(Schema::new(fields)))
+        Ok(Arc::new(Schema::new(hit_fields(ds.schema()))))
     };
     std::thread::scope(|s| s.spawn(open).join()).unwrap_or_else(|_| plan_err!("embed_search: opening {dataset} failed"))
 }

@@ -211,6 +211,22 @@ fn a_reader_that_stops_early_ends_the_output_without_a_panic() {
 }
 
 #[test]
+fn every_command_ends_quietly_on_a_closed_stdout() {
+    // A pipe whose reader is gone before the program starts: its first print meets a closed stdout.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .arg("--version")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(141), "{:?}", o.status);
+}
+
+#[test]
 fn the_sql_shell_reads_statements_after_a_setup_job() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -261,4 +277,86 @@ fn version_completions_and_log_levels() {
     // -vv turns on debug logs.
     let o = pipeline(&["-vv", "run", "-c", "SELECT 1 AS x"], dir);
     assert!(o.status.success() && text(&o).1.contains("DEBUG"), "{:?}", text(&o));
+}
+
+#[test]
+fn a_sigterm_at_the_sql_prompt_ends_the_shell_and_its_history_is_saved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let home = dir.join("home");
+    // A terminal for the shell: script(1) runs it on a pseudo-terminal, typed into from this pipe.
+    let mut script = Command::new("script")
+        .args(["-q", "-e", "-c", &format!("'{}' sql", env!("CARGO_BIN_EXE_pipeline")), "/dev/null"])
+        .env("EMBED_PIPELINE_HOME", &home)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut out = script.stdout.take().unwrap();
+    let seen = std::sync::Arc::clone(&screen);
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"SELECT 41 + 1 AS answer;\n").unwrap();
+    // Wait for the answer and the prompt after it.
+    let started = std::time::Instant::now();
+    let at_prompt = || {
+        let s = screen.lock().unwrap();
+        s.find("42").is_some_and(|at| s[at..].contains("pipeline> "))
+    };
+    while !at_prompt() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = script.kill();
+            panic!("no answer and prompt: {}", screen.lock().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let shell = descendant_running(script.id(), env!("CARGO_BIN_EXE_pipeline")).expect("the shell's process");
+    let killed = Command::new("kill").args(["-TERM", &shell.to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = wait_at_most(&mut script, 30);
+    reader.join().unwrap();
+    let screen = screen.lock().unwrap().clone();
+    assert_eq!(status.and_then(|s| s.code()), Some(143), "ended at once, as by SIGTERM: {screen}");
+    assert!(screen.contains("terminated at the prompt"), "{screen}");
+    let history = std::fs::read_to_string(home.join("sql_history")).unwrap_or_default();
+    assert!(history.contains("SELECT 41 + 1 AS answer;"), "saved as it was entered: {history:?}");
+}
+
+/// The process under `pid` (itself included) running `exe`.
+fn descendant_running(pid: u32, exe: &str) -> Option<u32> {
+    let exe = std::fs::canonicalize(exe).ok()?;
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        if std::fs::read_link(format!("/proc/{p}/exe")).ok().as_deref() == Some(exe.as_path()) {
+            return Some(p);
+        }
+        let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        queue.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    None
+}
+
+/// The child's exit status, or None (and the child killed) after `seconds`.
+fn wait_at_most(child: &mut std::process::Child, seconds: u64) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(seconds) {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }

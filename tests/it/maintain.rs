@@ -208,3 +208,89 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn index_and_optimize_wait_for_a_write_and_a_kill_leaves_the_dataset_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    embed_fortunes(dir, 1000, None);
+    copy_dir(&dir.join("out/docs.lance"), &dir.join("before.lance"));
+    let before = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    let versions =
+        |v: &Value| v["versions"].as_array().unwrap().iter().map(|v| v["version"].clone()).collect::<Vec<_>>();
+
+    // A write holds the dataset's lock (as pipeline run takes it): index and optimize are refused, and say so.
+    let lock_path = dir.join("out/.docs.lance.lock");
+    let lock = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&lock_path).unwrap();
+    std::io::Write::write_all(&mut &lock, b"pipeline run (process 1)").unwrap();
+    lock.try_lock().unwrap();
+    for args in [&["index", "out/docs.lance"][..], &["optimize", "out/docs.lance", "--older-than", "0s"]] {
+        let o = pipeline(args, dir);
+        let err = text(&o).1;
+        assert!(!o.status.success() && err.contains("another pipeline run is writing to"), "{args:?}: {err}");
+    }
+    drop(lock);
+    assert_eq!(versions(&json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir))), versions(&before));
+
+    // Killed in the middle of building the index (SIGKILL, then ctrl-C's SIGINT): the dataset stays at its
+    // version, with no index, and the vectors as they were; the lock goes with the process.
+    for signal in ["-KILL", "-INT"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args(["index", "out/docs.lance"])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Once it holds the lock, the build has begun; the 1,000-vector PQ training takes seconds.
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(&lock_path).unwrap_or_default().contains("pipeline index") {
+            assert!(started.elapsed().as_secs() < 60 && child.try_wait().unwrap().is_none(), "index never started");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(child.try_wait().unwrap().is_none(), "the build ended before the kill: kill sooner");
+        let killed = std::process::Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        assert!(killed.success());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "{signal}: {status:?}");
+        let after = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+        assert_eq!(versions(&after), versions(&before), "{signal}: no new version: {after}");
+        let o = crate::common::python(PYLANCE_INDICES, &[&dir.join("out/docs.lance").display().to_string()], &[]);
+        assert_eq!(o.trim(), "[]", "{signal}: no index");
+    }
+    let o = pipeline(&["compare", "--json", "before.lance", "out/docs.lance"], dir);
+    crate::common::assert_same_vectors(&o, 1000);
+    // Run again, it builds the index.
+    let o = pipeline(&["index", "out/docs.lance"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    // Killed while optimizing: whatever had committed stays (a compaction is one commit, a cleanup removes only
+    // what no kept version needs); the dataset reads whole, the same vectors, and a rerun completes.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["optimize", "out/docs.lance", "--older-than", "0s"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&lock_path).unwrap_or_default().contains("pipeline optimize")
+        && child.try_wait().unwrap().is_none()
+    {
+        assert!(started.elapsed().as_secs() < 60, "optimize never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = std::process::Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
+    let _ = child.wait();
+    let after = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    assert_eq!((after["rows"].as_u64(), after["ids"]["unique"].as_bool()), (Some(1000), Some(true)), "{after}");
+    let o = pipeline(&["compare", "--json", "before.lance", "out/docs.lance"], dir);
+    crate::common::assert_same_vectors(&o, 1000);
+    let report = json(&pipeline(&["optimize", "out/docs.lance", "--older-than", "0s", "--json"], dir));
+    assert!(report["version"].as_u64().is_some(), "{report}");
+    let o = pipeline(&["compare", "--json", "before.lance", "out/docs.lance"], dir);
+    crate::common::assert_same_vectors(&o, 1000);
+    let hits = json(&pipeline(&["search", "--json", "out/docs.lance", "a dog that can talk", "-k", "3"], dir));
+    assert_eq!(hits.as_array().unwrap().len(), 3);
+}

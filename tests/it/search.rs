@@ -95,7 +95,11 @@ fn search_finds_what_a_brute_force_cosine_finds_and_refuses_another_model() {
     assert!(!o.status.success() && err.contains("refusing to search") && err.contains("model_sha256"), "{err}");
     // Bad arguments and datasets without vectors say so.
     let (o, _) = search(dir, &["out/docs.lance", "a dog", "--metric", "hamming"]);
-    assert!(!o.status.success() && text(&o).1.contains("--metric hamming"), "{:?}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).1.contains("'hamming'") && text(&o).1.contains("--metric"),
+        "{:?}",
+        text(&o)
+    );
     let (o, _) = search(dir, &["out/docs.lance", "a dog", "--column", "text"]);
     assert!(!o.status.success() && text(&o).1.contains("no column `text`"), "{:?}", text(&o));
 }
