@@ -17,6 +17,10 @@ use crate::lance::{Metric, no_vector_column, open_dataset};
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
+/// The default re-ranking factor. On 20,000 debian_desc_en vectors under Lance's default IVF_PQ, recall@10
+/// against an exact search was 0.4 to 0.8 without re-ranking and 0.9 to 1.0 with 10 (README, results).
+pub const DEFAULT_REFINE: u32 = 10;
+
 /// A search: the dataset, the query, and how.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
@@ -34,6 +38,10 @@ pub struct SearchRequest {
     pub metric: Metric,
     /// Search every vector, without the index.
     pub exact: bool,
+    /// Where an index serves the search: take `refine` times `k` candidates from it and re-rank them by their
+    /// stored vectors, so the hits and distances are exact among those candidates (1: the index's own order
+    /// and approximate distances).
+    pub refine: u32,
     /// Embed the query with this prompt of the model instead of the documents' own.
     pub prompt_name: Option<String>,
 }
@@ -50,6 +58,7 @@ impl SearchRequest {
             column: "embedding".into(),
             metric: Metric::Cosine,
             exact: false,
+            refine: DEFAULT_REFINE,
             prompt_name: None,
         }
     }
@@ -145,6 +154,8 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
     scan.distance_metric(args.metric.lance());
     if args.exact {
         scan.use_index(false);
+    } else if args.refine > 1 {
+        scan.refine(args.refine);
     }
     if let Some(filter) = &args.filter {
         scan.prefilter(true);

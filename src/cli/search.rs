@@ -50,6 +50,11 @@ pub struct SearchArgs {
     /// when the metric matches its own.
     #[arg(long)]
     pub exact: bool,
+    /// Where the index serves the search, re-rank this many times k of its candidates by their stored vectors:
+    /// exact distances, and the recall PQ's approximation loses (1: the index's order and distances alone).
+    #[arg(long, value_name = "FACTOR", default_value_t = crate::search::DEFAULT_REFINE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub refine: u32,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
     /// under `passage`) instead of the documents' prompt; the rest of the fingerprint must still match.
     #[arg(long, value_name = "NAME")]
@@ -68,6 +73,7 @@ impl SearchArgs {
             column: self.column.clone(),
             metric: self.metric,
             exact: self.exact,
+            refine: self.refine,
             prompt_name: self.prompt_name.clone(),
         }
     }
