@@ -117,8 +117,10 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
     if let Some(name) = &args.prompt_name {
         (options.prompt_name, options.prefix) = (name.clone(), String::new());
     }
-    let (settings, now) =
-        Fingerprint::for_options(&options).with_context(|| format!("the model that made {}", args.dataset))?;
+    let (settings, now) = Fingerprint::for_options(&options).with_context(|| match &args.model {
+        Some(_) => format!("the model directory given to search {}", args.dataset),
+        None => format!("the model that made {}, as its run records name it", args.dataset),
+    })?;
     let mut differences = fp.differences(&now);
     if args.prompt_name.is_some() {
         // The query's own prompt: the one field allowed to differ.

@@ -25,7 +25,14 @@ pub async fn index(
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "version": version, "record": record }))?);
     } else {
         println!("{dataset}: version {version}: {}", record.summary());
-        println!("pipeline search uses it; --exact searches without it");
+        match metric {
+            Metric::Cosine => println!("pipeline search and embed_search() use it; search --exact searches without it"),
+            other => println!(
+                "pipeline search --metric {} uses it (a search by another metric, embed_search()'s cosine included, \
+                 is exact)",
+                other.name()
+            ),
+        }
     }
     Ok(())
 }
@@ -51,8 +58,9 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
         }
         let k = &report.cleanup;
         println!(
-            "cleanup: {} versions older than {older_than} removed, {} bytes freed{}",
+            "cleanup: {} version{} older than {older_than} removed, {} bytes freed{}",
             k.versions_removed,
+            if k.versions_removed == 1 { "" } else { "s" },
             k.bytes_removed,
             if k.tagged_kept.is_empty() {
                 String::new()

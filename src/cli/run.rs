@@ -354,6 +354,9 @@ async fn prepare_write(
     let (mut done, mut done_tokens) = (0, 0);
     let existing = if options.restart { None } else { open_existing(&target.uri).await? };
     if let Some(ds) = existing {
+        // Refused now if another command holds the output, rather than after a resume count that would read as
+        // if this run were going on. (The write takes the lock itself when it is planned; this only asks.)
+        crate::lance::lock::WriteLock::acquire(&target.uri, crate::lance::lock::Holder::Run)?;
         // Refused here, before the resume count, which would read as if the run were going on.
         let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
         check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;

@@ -53,7 +53,7 @@ pub struct SearchArgs {
     /// Where the index serves the search, re-rank this many times k of its candidates by their stored vectors:
     /// exact distances, and the recall PQ's approximation loses (1: the index's order and distances alone).
     #[arg(long, value_name = "FACTOR", default_value_t = crate::search::DEFAULT_REFINE,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "exact")]
     pub refine: u32,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
     /// under `passage`) instead of the documents' prompt; the rest of the fingerprint must still match.
@@ -86,7 +86,10 @@ pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
         batch = join_source(batch, source, &args.id_column).await?;
     }
     if args.json {
-        let mut writer = datafusion::arrow::json::ArrayWriter::new(Vec::new());
+        // Every column on every row: a hit the --join source lacks shows its columns as null, not missing.
+        let mut writer = datafusion::arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
         writer.write(&batch)?;
         writer.finish()?;
         let rows = writer.into_inner();
@@ -123,7 +126,9 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
         bail!("--join: the dataset has no id column `{id}` to join on (name it with --id)");
     }
     let ctx = crate::session::EmbedSession::for_reading()?;
-    let header = if format == "CSV" { " OPTIONS ('format.has_header' 'true')" } else { "" };
+    // A CSV as pandas and pyarrow write it: a header, and line breaks inside quoted texts.
+    let header =
+        if format == "CSV" { " OPTIONS ('format.has_header' 'true', 'format.newlines_in_values' 'true')" } else { "" };
     let location = source.replace('\'', "''");
     ctx.sql(&format!("CREATE EXTERNAL TABLE source STORED AS {format} LOCATION '{location}'{header}"))
         .await

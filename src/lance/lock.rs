@@ -29,7 +29,9 @@ impl Holder {
 
     fn advice(self) -> &'static str {
         match self {
-            Self::Run => "wait for it to finish, or stop it and rerun this job to resume",
+            Self::Run => {
+                "wait for it to finish (stopped, it keeps what it committed and its job resumes when run again)"
+            }
             Self::Index | Self::Optimize => "wait for it to finish",
         }
     }

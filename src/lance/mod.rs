@@ -99,16 +99,40 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
         _ => (location, None),
     };
     let uri = dataset_uri(path);
+    let refuse = |message: String| crate::Error::Lance { uri: location.to_string(), message };
+    if !crate::stores::is_supported(&uri) {
+        let scheme = uri.split_once("://").map(|(s, _)| s).unwrap_or_default();
+        return Err(refuse(format!("{scheme}:// locations are not supported; this build reads local paths and s3://")));
+    }
+    if crate::stores::is_local(&uri) && std::path::Path::new(&uri).is_file() {
+        return Err(refuse("is a file; a Lance dataset is a directory (one holding _versions)".into()));
+    }
     let mut builder = DatasetBuilder::from_uri(&uri);
     match at {
         Some(v) if v.chars().all(|c| c.is_ascii_digit()) => builder = builder.with_version(v.parse().unwrap_or(0)),
         Some(tag) => builder = builder.with_tag(tag),
         None => {}
     }
-    builder.load().await.map_err(|e| crate::Error::Lance {
-        uri: location.to_string(),
-        message: format!("cannot open: {}", lance_message(&e)),
-    })
+    match builder.load().await {
+        Ok(ds) => Ok(ds),
+        Err(e) => {
+            // The dataset is there and only the version or tag is not: say that.
+            if let Some(at) = at
+                && let Ok(latest) = DatasetBuilder::from_uri(&uri).load().await
+            {
+                let what = if at.chars().all(|c| c.is_ascii_digit()) { "version" } else { "tag" };
+                return Err(crate::Error::Lance {
+                    uri: path.to_string(),
+                    message: format!(
+                        "has no {what} {at} (its latest version is {}; pipeline inspect {path} lists its versions and \
+                         tags)",
+                        latest.version().version
+                    ),
+                });
+            }
+            Err(refuse(format!("cannot open: {}", lance_message(&e))))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,30 +24,36 @@ const USAGE: &str = "embed_search('dataset', 'query text' [, k]): a dataset path
 
 impl TableFunctionImpl for EmbedSearchFunc {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        let text = |e: &Expr| match e {
-            Expr::Literal(v, _) => v.try_as_str().flatten().map(str::to_string),
-            _ => None,
+        let text = |e: &Expr, what: &str| match e {
+            Expr::Literal(v, _) => match v.try_as_str() {
+                Some(Some(t)) => Ok(t.to_string()),
+                _ => plan_err!("embed_search: {what} must be a text constant (it is {v}); {USAGE}"),
+            },
+            other => plan_err!("embed_search: {what} must be a constant (it is `{other}`); {USAGE}"),
         };
         let (dataset, query, k) = match args.exprs() {
-            [d, q] => (text(d), text(q), Some(10)),
-            [d, q, k] => {
-                let k = match k {
-                    Expr::Literal(v, _) => match v.cast_to(&DataType::Int64) {
-                        Ok(ScalarValue::Int64(Some(k))) if k >= 1 => Some(k as usize),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                (text(d), text(q), k)
-            }
-            _ => return plan_err!("{USAGE}"),
-        };
-        let (Some(dataset), Some(query), Some(k)) = (dataset, query, k) else {
-            return plan_err!("{USAGE}; each a constant, k at least 1");
+            [d, q] => (text(d, "the dataset")?, text(q, "the query")?, 10),
+            [d, q, k] => (text(d, "the dataset")?, text(q, "the query")?, whole_k(k)?),
+            other => return plan_err!("embed_search: {} arguments given; {USAGE}", other.len()),
         };
         let request = SearchRequest::new(&dataset, &query, k);
         let schema = hit_schema(&dataset)?;
         Ok(Arc::new(SearchTable { request, schema }))
+    }
+}
+
+/// `k`: a whole number, at least 1 (not `2.5`, not `'5'`).
+fn whole_k(k: &Expr) -> Result<usize> {
+    let value = match k {
+        Expr::Literal(v, _) if v.data_type().is_integer() => match v.cast_to(&DataType::Int64) {
+            Ok(ScalarValue::Int64(Some(k))) => Some(k),
+            _ => None,
+        },
+        _ => None,
+    };
+    match value {
+        Some(k) if k >= 1 => Ok(k as usize),
+        _ => plan_err!("embed_search: k, how many rows, must be a whole number of at least 1 (it is `{k}`); {USAGE}"),
     }
 }
 

@@ -55,7 +55,7 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
 
     let o = pipeline(&["index", "out/docs.lance"], dir);
     let (out, err) = text(&o);
-    assert!(o.status.success(), "{err}");
+    assert!(o.status.success() && out.contains("pipeline search and embed_search() use it"), "{out}{err}");
     assert!(
         out.contains("index (pipeline ") && out.contains("ivf_pq index embedding_idx on embedding (cosine), 1000 rows"),
         "{out}"
@@ -132,6 +132,14 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
         "{:?}",
         text(&o)
     );
+    for (sql, says) in [
+        ("SELECT * FROM embed_search('out/docs.lance', 'x', 2.5)", "k, how many rows, must be a whole number"),
+        ("SELECT * FROM embed_search('out/docs.lance', 'x', 0)", "k, how many rows, must be a whole number"),
+        ("SELECT * FROM embed_search('out/docs.lance', NULL)", "the query must be a text constant"),
+    ] {
+        let o = pipeline(&["run", "-c", sql], dir);
+        assert!(!o.status.success() && text(&o).1.contains(says), "{sql}: {:?}", text(&o));
+    }
     let o = pipeline(&["run", "-c", "SELECT * FROM embed_search('nowhere.lance', 'x', 3)"], dir);
     assert!(!o.status.success() && text(&o).1.contains("nowhere.lance"), "{:?}", text(&o));
     let o = pipeline(&["index", "out/docs.lance", "--column", "vec"], dir);
@@ -141,8 +149,9 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     let o = pipeline(&["index", "out/docs.lance"], small.path());
     let (_, err) = text(&o);
     assert!(!o.status.success() && err.contains("at least 256 vectors and there are 100"), "{err}");
-    let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq"], small.path());
-    assert!(o.status.success(), "{:?}", text(&o));
+    let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq", "--metric", "l2"], small.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("pipeline search --metric l2 uses it"), "{out}{err}");
 }
 
 #[test]

@@ -381,6 +381,9 @@ fn a_second_run_on_the_same_output_is_refused_while_the_first_runs() {
     let second = pipeline(&["run", "job.sql"], d);
     let err = stderr(&second);
     assert!(!second.status.success() && err.contains("another pipeline run is writing to"), "{err}");
+    // Refused before it counts what is done: nothing reads as if it were resuming.
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(!out.contains("resuming") && !err.contains("resuming"), "{out}{err}");
     let o = first.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let j = inspect(d, "out.lance");

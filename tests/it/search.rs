@@ -102,6 +102,21 @@ fn search_finds_what_a_brute_force_cosine_finds_and_refuses_another_model() {
     );
     let (o, _) = search(dir, &["out/docs.lance", "a dog", "--column", "text"]);
     assert!(!o.status.success() && text(&o).1.contains("no column `text`"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["out/docs.lance", "a dog", "--exact", "--refine", "5"]);
+    assert!(!o.status.success() && text(&o).1.contains("cannot be used with"), "{:?}", text(&o));
+    // What is wrong with the dataset named is said plainly: a version it lacks, a file, a store not supported.
+    let (o, _) = search(dir, &["out/docs.lance@99", "a dog"]);
+    assert!(!o.status.success() && text(&o).1.contains("has no version 99 (its latest version is"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["out/docs.lance@nosuchtag", "a dog"]);
+    assert!(!o.status.success() && text(&o).1.contains("has no tag nosuchtag"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["docs.jsonl", "a dog"]);
+    assert!(!o.status.success() && text(&o).1.contains("docs.jsonl: is a file; a Lance dataset"), "{:?}", text(&o));
+    let (o, _) = search(dir, &["gs://bucket/docs.lance", "a dog"]);
+    let err = text(&o).1;
+    assert!(
+        !o.status.success() && err.contains("gs:// locations are not supported") && !err.contains("Valid schemes"),
+        "{err}"
+    );
 }
 
 /// pylance's nearest query on a vector from `pipeline embed`: ids and cosine distances, nearest first.
@@ -148,6 +163,25 @@ fn search_on_the_quickstart_output_finds_talking_dogs_and_agrees_with_pylance() 
         let (a, b) = (r["_distance"].as_f64().unwrap(), d.as_f64().unwrap());
         assert!((a - b).abs() <= 1e-6, "{a} vs pylance {b}");
     }
+
+    // A hit the source lacks keeps its columns, null.
+    let some = dir.join("some.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&fortunes).unwrap().lines().map(String::from).collect();
+    let kept: Vec<&String> = lines.iter().filter(|l| !l.contains(&format!("\"{}\"", ids[0]))).collect();
+    assert_eq!(kept.len(), lines.len() - 1);
+    std::fs::write(&some, kept.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let (o, rows) =
+        search(dir, &["out/quickstart.lance", "a dog that can talk", "--join", &some.display().to_string()]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(rows[0]["id"].as_str(), Some(ids[0]), "{rows}");
+    assert_eq!(rows[0].as_object().unwrap().get("text"), Some(&Value::Null), "present, null: {rows}");
+
+    // A CSV source with a line break inside a quoted text, as pandas writes one.
+    let csv = dir.join("some.csv");
+    std::fs::write(&csv, format!("id,text\n{},\"a dog\nthat talks\"\nother,plain\n", ids[0])).unwrap();
+    let (o, rows) = search(dir, &["out/quickstart.lance", "a dog that can talk", "--join", &csv.display().to_string()]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(rows[0]["text"], "a dog\nthat talks", "{rows}");
 
     // The join's failures are named.
     let (o, _) = search(dir, &["out/quickstart.lance", "a dog", "--join", "notes.txt"]);
