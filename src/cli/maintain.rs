@@ -3,6 +3,7 @@
 
 use anyhow::{Context, bail};
 
+use crate::lance::inspect::indices;
 use crate::lance::lock::{Holder, WriteLock};
 use crate::lance::maintain::{self, IndexKind, IndexRequest};
 use crate::lance::{Metric, dataset_uri, open_dataset};
@@ -21,10 +22,17 @@ pub async fn index(
     let _lock = locked(&mut ds, dataset, Holder::Index).await?;
     let request = IndexRequest { column: column.into(), kind, metric, partitions };
     let (version, record) = maintain::build_index(&mut ds, &request).await?;
+    // As Lance built it: the partitions it trained may be fewer than asked for.
+    let name = record.index.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+    let built = indices(&ds).await?.into_iter().find(|i| i.name == name);
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "version": version, "record": record }))?);
+        let out = serde_json::json!({ "version": version, "record": record, "index": built });
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("{dataset}: version {version}: {}", record.summary());
+        if let Some(built) = &built {
+            println!("built: {}", built.summary());
+        }
         match metric {
             Metric::Cosine => println!("pipeline search and embed_search() use it; search --exact searches without it"),
             other => println!(

@@ -757,6 +757,9 @@ pub fn plain(text: &str) -> String {
     if let Some(at) = out.find("This issue was likely caused by a bug in DataFusion") {
         out.truncate(at);
     }
+    if out.contains("Failed to resolve region") {
+        out += "\n(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)";
+    }
     // Source locations: whitespace-separated words holding a Cargo registry or toolchain path.
     let is_location = |w: &str| ["/.cargo/registry/", "/.cargo/git/", "/rustc/"].iter().any(|p| w.contains(p));
     let mut kept: Vec<&str> = Vec::new();
@@ -826,6 +829,16 @@ mod tests {
         assert_eq!(
             plain(e),
             "job.sql: statement 2 failed: S3: NoSuchBucket: The specified bucket does not exist\n  CREATE EXTERNAL TABLE docs"
+        );
+    }
+
+    #[test]
+    fn an_unknown_region_says_which_variables_to_set() {
+        let e = "Lance dataset s3://b/x.lance: cannot open: Generic S3 error: Failed to resolve region for bucket 'b'";
+        assert!(
+            plain(e).ends_with(
+                "(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)"
+            )
         );
     }
 

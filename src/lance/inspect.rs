@@ -8,6 +8,7 @@ use std::sync::Arc;
 use datafusion::prelude::SessionContext;
 use lance::Dataset;
 use lance::datafusion::LanceTableProvider;
+use lance::index::DatasetIndexExt;
 use serde::Serialize;
 
 use super::lance_err;
@@ -31,8 +32,64 @@ pub struct DatasetReport {
     pub ids: Option<IdReport>,
     /// Tag name to version.
     pub tags: BTreeMap<String, u64>,
+    /// The indices at the latest version, as Lance reports them.
+    pub indices: Vec<IndexReport>,
     /// Every version, oldest first.
     pub versions: Vec<VersionReport>,
+}
+
+/// An index as it is now (Lance's statistics): what `pipeline index` built, with the partitions Lance trained.
+#[derive(Debug, Clone, Serialize)]
+pub struct IndexReport {
+    pub name: String,
+    pub column: String,
+    /// Lance's name for its kind, e.g. `IVF_PQ`.
+    pub index_type: String,
+    /// IVF partitions trained (null for an index without).
+    pub partitions: Option<u64>,
+    pub indexed_rows: u64,
+    /// Rows written since it was built, which a search reads exactly.
+    pub unindexed_rows: u64,
+}
+
+/// The indices of `ds` on its columns, by name (Lance's own system indices left out).
+pub async fn indices(ds: &Dataset) -> Result<Vec<IndexReport>> {
+    let uri = ds.uri();
+    let mut columns = BTreeMap::new();
+    for m in ds.load_indices().await.map_err(lance_err(uri))?.iter() {
+        if let Some(field) = m.fields.first().and_then(|&id| ds.schema().field_by_id(id)) {
+            columns.entry(m.name.clone()).or_insert_with(|| field.name.clone());
+        }
+    }
+    let mut out = Vec::new();
+    for (name, column) in columns {
+        let stats: serde_json::Value =
+            serde_json::from_str(&ds.index_statistics(&name).await.map_err(lance_err(uri))?).unwrap_or_default();
+        out.push(IndexReport {
+            name,
+            column,
+            index_type: stats["index_type"].as_str().unwrap_or("unknown").to_string(),
+            partitions: stats["indices"][0]["num_partitions"].as_u64(),
+            indexed_rows: stats["num_indexed_rows"].as_u64().unwrap_or(0),
+            unindexed_rows: stats["num_unindexed_rows"].as_u64().unwrap_or(0),
+        });
+    }
+    Ok(out)
+}
+
+impl IndexReport {
+    /// One line for `pipeline inspect` and `pipeline index`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} on {}: {}{}, {} rows indexed, {} not yet (searched exactly)",
+            self.name,
+            self.column,
+            self.index_type,
+            self.partitions.map(|p| format!(", {p} partition{}", if p == 1 { "" } else { "s" })).unwrap_or_default(),
+            self.indexed_rows,
+            self.unindexed_rows
+        )
+    }
 }
 
 /// Whether the ids are unique.
@@ -82,7 +139,17 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
     } else {
         None
     };
-    Ok(DatasetReport { uri: uri.to_string(), version: ds.version().version, rows, fingerprint, ids, tags, versions })
+    let indices = indices(&ds).await?;
+    Ok(DatasetReport {
+        uri: uri.to_string(),
+        version: ds.version().version,
+        rows,
+        fingerprint,
+        ids,
+        tags,
+        indices,
+        versions,
+    })
 }
 
 /// The run record committed with `version` of `ds`, or None for a version this tool did not write.
@@ -194,6 +261,12 @@ impl DatasetReport {
             out += "tags\n";
             for (name, v) in &self.tags {
                 out += &format!("  {name}: version {v}\n");
+            }
+        }
+        if !self.indices.is_empty() {
+            out += "indices\n";
+            for i in &self.indices {
+                out += &format!("  {}\n", i.summary());
             }
         }
         out += "versions\n";

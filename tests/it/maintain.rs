@@ -106,8 +106,17 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     ));
     assert_eq!(rows[0]["n"], 10, "k defaults to 10");
 
-    // inspect shows the index's version as what it is, not as a version without a run record.
+    // inspect shows the index's version as what it is, not as a version without a run record, and the index
+    // as Lance built it.
     let report = json(&pipeline(&["inspect", "--json", "out/docs.lance"], dir));
+    let index = &report["indices"][0];
+    assert_eq!(
+        (index["name"].as_str(), index["column"].as_str()),
+        (Some("embedding_idx"), Some("embedding")),
+        "{report}"
+    );
+    assert!(index["index_type"].as_str().unwrap().contains("PQ"), "{index}");
+    assert_eq!((index["partitions"].as_u64(), index["indexed_rows"].as_u64()), (Some(1), Some(1000)), "{index}");
     let last = report["versions"].as_array().unwrap().last().unwrap().clone();
     assert!(last["run"].is_null(), "{last}");
     assert_eq!(last["maintenance"]["command"], "index");
@@ -115,6 +124,13 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     assert_eq!(last["maintenance"]["index"]["sub_vectors"], 24, "384 dimensions, 16 a sub-vector");
     let (out, _) = text(&pipeline(&["inspect", "out/docs.lance"], dir));
     assert!(out.contains(": index (pipeline ") && !out.contains("no run record"), "{out}");
+    assert!(out.contains("indices\n  embedding_idx on embedding: IVF_PQ, 1 partition, 1000 rows indexed"), "{out}");
+
+    // The partitions asked for are recorded as such; the index shows those Lance trained (fewer: PQ on 1,000
+    // vectors trains 3 of 8 here).
+    let v = json(&pipeline(&["index", "out/docs.lance", "--partitions", "8", "--json"], dir));
+    assert_eq!(v["record"]["index"]["partitions"], 8, "{v}");
+    assert!(v["index"]["partitions"].as_u64().is_some_and(|p| (1..8).contains(&p)), "{v}");
 
     // Rebuilt as another kind: it replaces the index, in a new version.
     let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq", "--json"], dir);
@@ -152,6 +168,7 @@ fn an_index_is_built_recorded_seen_by_pylance_and_used_by_search_and_embed_searc
     let o = pipeline(&["index", "out/docs.lance", "--kind", "ivf_hnsw_sq", "--metric", "l2"], small.path());
     let (out, err) = text(&o);
     assert!(o.status.success() && out.contains("pipeline search --metric l2 uses it"), "{out}{err}");
+    assert!(out.contains("built: embedding_idx on embedding: IVF_HNSW_SQ"), "{out}");
 }
 
 #[test]
