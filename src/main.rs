@@ -68,9 +68,7 @@ fn end_quietly_on_a_closed_stdout() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            // SAFETY: _exit ends the process at once; nothing after it runs (not exit: its handlers would tear
-            // down ONNX Runtime under a running call).
-            unsafe { libc::_exit(141) }
+            cli::ClosedPipeExit::exit();
         }
         default(info);
     }));

@@ -451,10 +451,15 @@ impl ClosedPipeExit<()> {
     /// End the program if `e` says the reader has gone.
     pub fn check(e: &std::io::Error) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            // SAFETY: _exit ends the process at once; nothing after it runs. Not exit: its handlers would tear
-            // down ONNX Runtime under a running call.
-            unsafe { libc::_exit(141) }
+            Self::exit();
         }
+    }
+
+    /// End the program as a reader's leaving ends it, with the code a shell gives SIGPIPE.
+    pub fn exit() -> ! {
+        // SAFETY: _exit ends the process at once; nothing after it runs. Not exit: its handlers would tear
+        // down ONNX Runtime under a running call.
+        unsafe { libc::_exit(141) }
     }
 }
 
