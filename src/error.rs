@@ -65,6 +65,10 @@ pub enum Error {
     #[error("another {holder} is writing to {uri} (it holds {lock}); {advice}")]
     Busy { uri: String, holder: String, lock: String, advice: String },
 
+    /// A cluster (`--cluster df://…`) cannot be used as given.
+    #[error("{0}")]
+    Cluster(String),
+
     /// A Lance dataset could not be opened, read or written.
     #[error("Lance dataset {uri}: {message}")]
     Lance { uri: String, message: String },

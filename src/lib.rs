@@ -10,10 +10,12 @@
 //! - [`memory`]: the process's memory from `/proc` (peaks for probes and run records), and sizes.
 //! - [`session`]: a DataFusion session with all of the above registered.
 //! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
+//! - [`cluster`]: the Ballista scheduler and executor processes, and what crosses between them.
 //! - [`cli`]: the `pipeline` command.
 
 pub mod campaign;
 pub mod cli;
+pub mod cluster;
 pub mod error;
 pub mod lance;
 pub mod memory;

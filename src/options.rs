@@ -107,7 +107,8 @@ impl ExtensionOptions for EmbedConfig {
         let mut next = self.0.clone();
         ConfigField::set(&mut next, key, &value).map_err(|_| external(bad(key, &value, expected(default))))?;
         next.check(key).map_err(external)?;
-        if key == "order_memory" {
+        // Warned only when set to another value: a cluster's processes are handed every key, defaults included.
+        if key == "order_memory" && value != default.value.clone().unwrap_or_default() {
             tracing::warn!("{ORDER_MEMORY_DEPRECATED}");
         }
         self.0 = next;

@@ -17,11 +17,15 @@ use crate::sources::JsonTableFactory;
 use crate::stores::StoreRegistry;
 use crate::udf::embed_udfs;
 
+/// `datafusion.execution.target_partitions` on a cluster: the partitions a query's scan is cut into there.
+pub const CLUSTER_PARTITIONS: usize = 16;
+
 /// A SQL session for embedding campaigns, and what it has done so far.
 #[derive(Clone)]
 pub struct EmbedSession {
     ctx: SessionContext,
     metrics: Arc<RunMetrics>,
+    cluster: Option<String>,
 }
 
 impl EmbedSession {
@@ -44,7 +48,59 @@ impl EmbedSession {
             ctx.register_udf(udf);
         }
         ctx.register_udtf("embed_search", Arc::new(crate::udf::EmbedSearchFunc));
-        Ok(Self { ctx, metrics })
+        Ok(Self { ctx, metrics, cluster: None })
+    }
+
+    /// A session whose queries run on the Ballista cluster whose scheduler is at `url` (`df://HOST:PORT`). The
+    /// client plans (so the job's tables, options and fingerprint are its own); the executors embed.
+    pub async fn on_cluster(url: &str, options: EmbedOptions) -> Result<Self> {
+        use ballista::prelude::SessionContextExt;
+        use ballista_core::extension::SessionConfigExt;
+        options.check_all()?;
+        crate::cluster::check_reachable(url).map_err(datafusion::error::DataFusionError::from)?;
+        let metrics = Arc::new(RunMetrics::default());
+        let host = crate::udf::embed::HostOptions::default();
+        let mut builder = reading_state(&options, &metrics)?;
+        let config = builder
+            .config()
+            .take()
+            .unwrap_or_default()
+            // Tasks for the whole cluster rather than this machine's cores (Ballista's own default); a job's SET wins.
+            .with_target_partitions(CLUSTER_PARTITIONS)
+            .with_ballista_logical_extension_codec(Arc::new(crate::cluster::EmbedLogicalCodec::new(
+                host.clone(),
+                Arc::clone(&metrics),
+            )))
+            .with_ballista_physical_extension_codec(Arc::new(crate::cluster::EmbedPhysicalCodec::new(
+                host,
+                Arc::clone(&metrics),
+                None,
+            )));
+        let mut state = builder.with_config(config).build();
+        state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
+        let ctx = SessionContext::remote_with_state(url, state).await?;
+        // Ballista's session keeps its own functions only: embed and embed_dim go back in.
+        for udf in embed_udfs(&options, Arc::clone(&metrics)) {
+            ctx.register_udf(udf);
+        }
+        Ok(Self { ctx, metrics, cluster: Some(url.to_string()) })
+    }
+
+    /// The session's state, planning here: for the checks a client makes itself before a cluster runs a write
+    /// (a local session's state as it is).
+    pub fn local_state(&self) -> datafusion::execution::SessionState {
+        let state = self.ctx.state();
+        if self.cluster.is_none() {
+            return state;
+        }
+        SessionStateBuilder::new_from_existing(state)
+            .with_query_planner(Arc::new(crate::cluster::write::SchedulerPlanner))
+            .build()
+    }
+
+    /// The cluster (`df://HOST:PORT`) this session's queries run on; `None` when they run here.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
     }
 
     /// A session that reads what a campaign reads and writes (its sources and Lance datasets, local or on

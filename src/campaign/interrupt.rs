@@ -19,3 +19,10 @@ pub fn stop_requested() -> bool {
 pub fn clear_stop() {
     STOP.store(false, Ordering::SeqCst);
 }
+
+/// Resolves once a stop was asked for (polled every 200 ms): for waits that have nothing of their own to check.
+pub async fn stopped() {
+    while !stop_requested() {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -17,4 +17,4 @@ pub mod record;
 pub mod trial;
 
 pub use fingerprint::{FINGERPRINT_KEY, Fingerprint};
-pub use record::{DeviceInfo, EmbedStats, RUN_RECORD_KEY, RunRecord};
+pub use record::{DeviceInfo, EmbedStats, ExecutorShare, RUN_RECORD_KEY, RunRecord};

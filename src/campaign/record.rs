@@ -60,6 +60,9 @@ pub struct RunRecord {
     /// `lineage_sha256`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<serde_json::Value>,
+    /// On a cluster: each executor's share of the rows and counters this commit holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub executors: Vec<ExecutorShare>,
     /// Whether this commit ended its write (false for the intermediate commits of a long write).
     pub last_commit: bool,
     /// This tool's version.
@@ -97,8 +100,45 @@ impl RunRecord {
             plan: None,
             model_dir: None,
             lineage: None,
+            executors: Vec::new(),
             last_commit: true,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
+
+    /// The embedding counters this record holds.
+    pub fn stats(&self) -> EmbedStats {
+        EmbedStats {
+            docs: self.documents,
+            nulls: self.null_texts,
+            useful_tokens: self.useful_tokens,
+            processed_tokens: self.processed_tokens,
+            truncated_docs: self.truncated_documents,
+            dropped_tokens: self.dropped_tokens,
+            model_calls: self.model_calls,
+            tokenize_time: std::time::Duration::from_secs_f64(self.tokenize_seconds.max(0.0)),
+            model_time: std::time::Duration::from_secs_f64(self.model_seconds.max(0.0)),
+        }
+    }
+}
+
+/// One executor's part of a write on a cluster: where it ran, and what its tasks did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecutorShare {
+    /// The executor's address (`HOST:PORT`).
+    pub executor: String,
+    /// Where its model calls ran.
+    pub device: Option<DeviceInfo>,
+    /// Its tasks (partitions of the input) in this write.
+    pub tasks: u64,
+    /// Rows its tasks wrote.
+    pub rows_written: u64,
+    /// Texts its tasks embedded.
+    pub documents: u64,
+    /// Real tokens its tasks fed to the model.
+    pub useful_tokens: u64,
+    /// Tokens its model processed, padding included.
+    pub processed_tokens: u64,
+    /// Its tasks' time in the model, seconds (summed over tasks).
+    pub model_seconds: f64,
 }

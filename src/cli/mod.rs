@@ -91,6 +91,10 @@ pub struct JobSettings {
     /// A value for ${NAME} in the job's text, e.g. --var CORPUS=data/a.jsonl (repeatable).
     #[arg(long = "var", value_name = "NAME=VALUE")]
     pub vars: Vec<String>,
+    /// Run the job's queries on the Ballista cluster whose scheduler is at df://HOST:PORT (pipeline scheduler),
+    /// on its executors' devices.
+    #[arg(long, value_name = "df://HOST:PORT", env = "EMBED_PIPELINE_CLUSTER")]
+    pub cluster: Option<String>,
 }
 
 /// Where ONNX Runtime comes from; only the commands that run the model take it.
@@ -233,6 +237,44 @@ pub enum Command {
         /// Draw hours and cost per device, with the deadline, into this SVG file.
         #[arg(long, value_name = "FILE")]
         chart: Option<PathBuf>,
+    },
+    /// Run a cluster's scheduler (Apache DataFusion Ballista), which plans jobs sent with `pipeline run
+    /// --cluster` and hands their tasks to the executors. Runs until stopped.
+    Scheduler {
+        /// Address to listen on.
+        #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50050")]
+        bind: std::net::SocketAddr,
+        /// Seconds without a heartbeat after which an executor counts as lost and its tasks run elsewhere.
+        #[arg(long, value_name = "SECONDS", default_value_t = 180)]
+        executor_timeout: u64,
+    },
+    /// Run a cluster executor: one per GPU. It takes tasks from the scheduler and embeds on its device.
+    /// Runs until stopped (SIGTERM or ctrl-C let its running tasks finish).
+    Executor {
+        /// The scheduler's address.
+        #[arg(long, value_name = "HOST:PORT")]
+        scheduler: String,
+        /// Address to serve results on (Arrow Flight). The executor asks the scheduler for tasks, so only this
+        /// port need be reachable (from the client and the other executors).
+        #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50051")]
+        bind: std::net::SocketAddr,
+        /// The name or address other hosts reach this one by (default: the --bind address).
+        #[arg(long, value_name = "HOST")]
+        external_host: Option<String>,
+        /// This executor's device (cpu, cuda:N), over each job's embed.device.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        /// Tasks at once.
+        #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        concurrent_tasks: u64,
+        /// ONNX Runtime intra-op threads, over each job's embed.intra_threads (0: one per core).
+        #[arg(long, value_name = "N")]
+        intra_threads: Option<usize>,
+        /// Directory for shuffle files (default: a directory under the system's temporary directory).
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<PathBuf>,
+        #[command(flatten)]
+        runtime: Runtime,
     },
     /// Show what this machine can run on: the ONNX Runtime build and its providers, the NVIDIA driver
     /// and GPUs (name, compute capability, memory), and the CUDA libraries scripts/setup --gpu installed.
@@ -570,6 +612,31 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Cost { trials, prices, deadline, json, chart } => {
             cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
         }
+        Command::Scheduler { bind, executor_timeout } => crate::cluster::run_scheduler(bind, executor_timeout).await,
+        Command::Executor {
+            scheduler,
+            bind,
+            external_host,
+            device,
+            concurrent_tasks,
+            intra_threads,
+            work_dir,
+            runtime,
+        } => {
+            runtime.apply();
+            let work_dir =
+                work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("pipeline-executor-{}", bind.port())));
+            let host = crate::udf::embed::HostOptions { device, intra_threads };
+            let settings = crate::cluster::ExecutorSettings {
+                scheduler,
+                bind,
+                external_host,
+                concurrent_tasks: concurrent_tasks as usize,
+                host,
+                work_dir,
+            };
+            crate::cluster::run_executor(settings).await
+        }
         Command::Devices { json, runtime } => {
             runtime.apply();
             devices::print(json)
@@ -636,7 +703,10 @@ fn job(
     }
     let style = display::ResultStyle { format: output.format, max_rows: output.maxrows };
     notes_to_stderr(output.format != display::Format::Table);
-    Ok((statements, run::RunSettings { restart, device: settings.device, quiet, plans, sets, style }))
+    Ok((
+        statements,
+        run::RunSettings { restart, device: settings.device, quiet, plans, sets, style, cluster: settings.cluster },
+    ))
 }
 
 /// Whether `pipeline sql` waits at its prompt, where a SIGTERM ends it at once (nothing is running, and its

@@ -49,6 +49,8 @@ pub struct RunSettings {
     pub sets: Vec<(String, String)>,
     /// How query results print.
     pub style: ResultStyle,
+    /// The Ballista cluster (`df://HOST:PORT`) the job's queries run on; `None` runs them here.
+    pub cluster: Option<String>,
 }
 
 /// A session for a job: `--device` and `--set` applied.
@@ -57,7 +59,10 @@ pub async fn job_session(settings: &RunSettings) -> anyhow::Result<EmbedSession>
     if let Some(device) = &settings.device {
         options.device = device.clone();
     }
-    let session = EmbedSession::with_options(options)?;
+    let session = match &settings.cluster {
+        Some(url) => EmbedSession::on_cluster(url, options).await?,
+        None => EmbedSession::with_options(options)?,
+    };
     for (key, value) in &settings.sets {
         // Through SQL, as a job's own SET: the same checks, and embed() follows a new embed.model.
         session
@@ -197,6 +202,22 @@ async fn run_statement(
         json_sources.push(c.location.clone());
     }
     let lance_target = write_target(&plan);
+    if let Some(url) = session.cluster()
+        && let Some(table) = lance_source(lance_target.as_ref().map_or(&plan, |t| t.input.as_ref()))
+    {
+        return Err(anyhow!(
+            "{table} is a Lance table, which is read here, not on a cluster (--cluster {url}); run this statement \
+             without --cluster"
+        ));
+    }
+    if let Some(url) = session.cluster()
+        && lance_target.is_none()
+        && matches!(plan, LogicalPlan::Copy(_) | LogicalPlan::Dml(_))
+    {
+        return Err(anyhow!(
+            "on a cluster (--cluster {url}) only writes into Lance run; write this output without --cluster"
+        ));
+    }
     // A write into anything but Lance (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
     // own writer, which answers with a row count.
     let file_target = match (&plan, &lance_target) {
@@ -225,12 +246,26 @@ async fn run_statement(
                 p.plan.created
             );
         }
+        if let Some(url) = session.cluster() {
+            bail!(
+                "{} has a plan ({}), which a cluster (--cluster {url}) does not execute yet; run with --no-plan to \
+                 read and order the input on the executors",
+                target.uri,
+                p.dir.display()
+            );
+        }
         session.metrics().use_plan(&target.uri, Arc::clone(&p));
         planned = Some(PlanGuard { session, uri: target.uri.clone(), plan: p });
     }
     let mut todo = None;
     if let Some(target) = &lance_target {
         todo = Some(prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), quiet).await?);
+    }
+    if session.cluster().is_some()
+        && let Some(target) = &lance_target
+    {
+        crate::cluster::write::run(session, target).await?;
+        return report_write(session, writes_before, None, quiet);
     }
     let df = ctx.execute_logical_plan(plan).await?;
     if is_ddl {
@@ -258,48 +293,7 @@ async fn run_statement(
             batch?;
         }
         drop(progress);
-        let writes = session.metrics().writes();
-        let commits = &writes[writes_before.min(writes.len())..];
-        if !quiet && let Some(last) = commits.last() {
-            let rows: u64 = commits.iter().map(|w| w.rows).sum();
-            let seconds: f64 = commits.iter().map(|w| w.elapsed.as_secs_f64()).sum();
-            note!(
-                "wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)",
-                last.uri,
-                commits.len(),
-                last.version
-            );
-        } else if !quiet {
-            note!("nothing new to write: every id is already in the output");
-        }
-        let options = EmbedOptions::from_config(ctx.state().config_options());
-        if let (Ok(Some(budget)), Some(peak)) =
-            (options.memory_budget_bytes(), commits.iter().map(|w| w.record.peak_memory_bytes).max())
-            && peak * 10 > budget * 9
-        {
-            eprintln!(
-                "warning: this run's memory peaked at {}, within 10% of the budget of {} that pipeline probe assumed \
-                 (embed.memory_budget){}; probe again on this machine, or lower embed.batch_tokens",
-                crate::memory::mib(peak),
-                crate::memory::mib(budget),
-                if peak > budget { ", and passed it" } else { "" }
-            );
-        }
-        if !quiet && let Some(p) = &planned {
-            let (done, units) = p.plan.units_done();
-            note!("plan {}: {done} of {units} units done", p.plan.dir.display());
-        }
-        if !quiet {
-            for w in commits {
-                if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
-                    note!(
-                        "note: the previous version's vectors came from {before}; these from {now}. The fingerprint \
-                         matches; `pipeline compare` checks how close they are."
-                    );
-                }
-            }
-        }
-        return Ok(());
+        return report_write(session, writes_before, planned.as_ref().map(|p| p.plan.as_ref()), quiet);
     }
     let schema = stream.schema();
     let mut writer = ResultWriter::new(style.format, super::ClosedPipeExit(std::io::stdout().lock()));
@@ -328,6 +322,86 @@ async fn run_statement(
     Ok(())
 }
 
+/// The first Lance table a plan reads, by name.
+fn lance_source(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && datafusion::datasource::source_as_provider(&scan.source)
+                .is_ok_and(|p| p.as_ref().downcast_ref::<crate::lance::LanceTable>().is_some())
+        {
+            found = Some(scan.table_name.to_string());
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// What a write into Lance did, from the commits it recorded since `writes_before`: rows, versions, memory,
+/// the plan's progress, a change of device.
+fn report_write(
+    session: &EmbedSession,
+    writes_before: usize,
+    planned: Option<&PlanInUse>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let ctx = session.context();
+    let writes = session.metrics().writes();
+    let commits = &writes[writes_before.min(writes.len())..];
+    if !quiet && let Some(last) = commits.last() {
+        let rows: u64 = commits.iter().map(|w| w.rows).sum();
+        let seconds: f64 = commits.iter().map(|w| w.elapsed.as_secs_f64()).sum();
+        note!(
+            "wrote {rows} rows to {} in {} commit(s), now at version {} ({seconds:.1} s)",
+            last.uri,
+            commits.len(),
+            last.version
+        );
+    } else if !quiet {
+        note!("nothing new to write: every id is already in the output");
+    }
+    let options = EmbedOptions::from_config(ctx.state().config_options());
+    if let (Ok(Some(budget)), Some(peak)) =
+        (options.memory_budget_bytes(), commits.iter().map(|w| w.record.peak_memory_bytes).max())
+        && peak * 10 > budget * 9
+    {
+        eprintln!(
+            "warning: this run's memory peaked at {}, within 10% of the budget of {} that pipeline probe assumed \
+             (embed.memory_budget){}; probe again on this machine, or lower embed.batch_tokens",
+            crate::memory::mib(peak),
+            crate::memory::mib(budget),
+            if peak > budget { ", and passed it" } else { "" }
+        );
+    }
+    if !quiet && let Some(p) = planned {
+        let (done, units) = p.units_done();
+        note!("plan {}: {done} of {units} units done", p.dir.display());
+    }
+    if !quiet {
+        for share in commits.iter().flat_map(|w| &w.record.executors) {
+            note!(
+                "executor {}: {} task(s), {} rows, {} useful tokens{}",
+                share.executor,
+                share.tasks,
+                share.rows_written,
+                share.useful_tokens,
+                share.device.as_ref().map(|d| format!(", on {d}")).unwrap_or_default()
+            );
+        }
+        for w in commits {
+            if let (Some(before), Some(now)) = (&w.record.previous_device, &w.record.device) {
+                note!(
+                    "note: the previous version's vectors came from {before}; these from {now}. The fingerprint \
+                     matches; `pipeline compare` checks how close they are."
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Before a campaign writes into Lance: refuse bad ids before anything is embedded, and say how much of
 /// the input an existing output already holds (the write itself skips those rows). A write that executes
 /// a plan takes its ids and rows from the plan, whose checks ran on this very corpus.
@@ -338,7 +412,8 @@ async fn prepare_write(
     plan: Option<&PlanInUse>,
     quiet: bool,
 ) -> anyhow::Result<Todo> {
-    let state = session.context().state();
+    // On a cluster too, the client checks the ids itself, before any task runs.
+    let state = session.local_state();
     let options = EmbedOptions::from_config(state.config_options());
     let column = &options.id_column;
     let rows = match plan {
@@ -681,14 +756,24 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
             );
         }
         let first = session.metrics().first_call().map(|t| t.saturating_duration_since(started).as_secs_f64());
-        note!(
-            "time: first model call at {:.1} s; tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls \
+        if let Some(url) = session.cluster() {
+            note!(
+                "time on the executors of {url}: tokenising {:.2} s, model {:.1} s (summed over their calls, which \
+                 overlap); committing {:.2} s here",
+                e.tokenize_time.as_secs_f64(),
+                e.model_time.as_secs_f64(),
+                write_seconds
+            );
+        } else {
+            note!(
+                "time: first model call at {:.1} s; tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls \
              and partitions, which overlap)",
-            first.unwrap_or(0.0),
-            e.tokenize_time.as_secs_f64(),
-            e.model_time.as_secs_f64(),
-            write_seconds
-        );
+                first.unwrap_or(0.0),
+                e.tokenize_time.as_secs_f64(),
+                e.model_time.as_secs_f64(),
+                write_seconds
+            );
+        }
         let options = EmbedOptions::from_config(session.context().state().config_options());
         if options.uses_gpu_default() {
             note!(

@@ -141,9 +141,79 @@ impl TableProvider for ExistingIds {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let whole = projection.is_none_or(|p| p.as_slice() == [0]);
+        if whole && limit.is_none() {
+            return Ok(Arc::new(ExistingIdsExec::new(&self.uri, &self.column, Arc::clone(&self.schema))));
+        }
         let ids =
             Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
         Ok(Arc::new(StreamingTableExec::try_new(Arc::clone(&self.schema), vec![ids], projection, [], false, limit)?))
+    }
+}
+
+impl ExistingIds {
+    /// The dataset and id column it reads (what a cluster's codec carries).
+    pub fn source(&self) -> (&str, &str) {
+        (&self.uri, &self.column)
+    }
+}
+
+/// The scan of [`ExistingIds`]: one partition of the dataset's ids. Its own node (not DataFusion's streaming
+/// table) so that a cluster's codec can carry it to the executors, which read the ids themselves.
+#[derive(Debug)]
+pub struct ExistingIdsExec {
+    ids: IdStream,
+    properties: Arc<datafusion::physical_plan::PlanProperties>,
+}
+
+impl ExistingIdsExec {
+    /// The ids in column `column` of the dataset at `uri`, as `schema` (one column) has them.
+    pub fn new(uri: &str, column: &str, schema: SchemaRef) -> Self {
+        use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+        let properties = Arc::new(datafusion::physical_plan::PlanProperties::new(
+            datafusion::physical_expr::EquivalenceProperties::new(Arc::clone(&schema)),
+            datafusion::physical_plan::Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self { ids: IdStream { uri: uri.to_string(), column: column.to_string(), schema }, properties }
+    }
+
+    /// The dataset and id column it reads.
+    pub fn source(&self) -> (&str, &str) {
+        (&self.ids.uri, &self.ids.column)
+    }
+}
+
+impl datafusion::physical_plan::DisplayAs for ExistingIdsExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut std::fmt::Formatter,
+    ) -> std::fmt::Result {
+        write!(f, "ExistingIdsExec: uri={}, column={}", self.ids.uri, self.ids.column)
+    }
+}
+
+impl ExecutionPlan for ExistingIdsExec {
+    fn name(&self) -> &str {
+        "ExistingIdsExec"
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(&self, _partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(self.ids.execute(context))
     }
 }
 

@@ -140,7 +140,7 @@ pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&F
 }
 
 /// The device in the newest run record of the dataset (an index or optimize commit after it has none).
-async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
+pub(crate) async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
     let found = super::inspect::newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await.ok()??;
     found.1.device
 }
@@ -368,7 +368,7 @@ const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indice
 /// A local output must be a Lance dataset, a dataset whose first commit never finished (data files, no
 /// manifest yet), an empty directory or a free path: never a file, nor a directory of other files,
 /// which the dataset would be written among. An `s3://` output is left to Lance.
-fn check_output_location(uri: &str) -> Result<()> {
+pub(crate) fn check_output_location(uri: &str) -> Result<()> {
     let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
     if let Some((scheme, _)) = uri.split_once("://") {
         if crate::stores::is_supported(uri) {

@@ -54,42 +54,7 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
         let metrics = lance.is_some().then(|| Arc::clone(&self.metrics));
         // A write that executes a plan reads its work list instead (`pipeline run` checked it against the job).
         let planned = lance.and_then(|l| Some((self.metrics.plan_for(l.uri())?, l.uri().to_string())));
-        let by_length = options.order.eq_ignore_ascii_case("length");
-        // A model call's rows at most; the ordering stage cuts smaller ones by tokens.
-        let chunk_rows = if by_length { options.max_batch_rows.max(1) } else { ORIGINAL_BATCH_ROWS };
-        // One chunk per model session in flight, plus one being tokenised.
-        let sessions = options.placement().map_or(1, |p| p.sessions());
-        plan.transform_up(|node| {
-            let Some(exec) = node.as_ref().downcast_ref::<AsyncFuncExec>() else { return Ok(Transformed::no(node)) };
-            let texts: Vec<_> = exec.async_exprs().iter().map(|e| embed_text_argument(&e.func)).collect();
-            if texts.iter().any(Option::is_none) {
-                return Ok(Transformed::no(node));
-            }
-            let mut input = Arc::clone(exec.input());
-            if input.output_partitioning().partition_count() > 1 {
-                input = Arc::new(CoalescePartitionsExec::new(input));
-            }
-            match (&planned, texts.into_iter().next().flatten()) {
-                (Some((plan, uri)), Some(text)) => {
-                    let resume = (!options.restart).then(|| (uri.clone(), options.id_column.clone()));
-                    let list =
-                        WorkListExec::try_new(Arc::clone(plan), &exec.input().schema(), resume, metrics.clone())?;
-                    input = Arc::new(LengthOrderExec::try_new(Arc::new(list), text, options.clone(), None)?);
-                }
-                (None, Some(text)) if by_length => input = length_order(input, text, &options, metrics.clone())?,
-                _ => {}
-            }
-            let embed = EmbedExec::try_new(
-                input,
-                exec.async_exprs().to_vec(),
-                exec.schema(),
-                chunk_rows,
-                sessions + 1,
-                metrics.clone(),
-            )?;
-            Ok(Transformed::yes(Arc::new(embed) as Arc<dyn ExecutionPlan>))
-        })
-        .map(|t| t.data)
+        chunked_embedding(plan, &options, metrics, planned, true)
     }
 
     fn name(&self) -> &str {
@@ -99,6 +64,53 @@ impl PhysicalOptimizerRule for EmbedWriteRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `plan` with every `AsyncFuncExec` that calls only `embed()` replaced by an [`EmbedExec`], the ordering
+/// stage (or, with `planned`, a plan's work list) under it. `one_partition` coalesces the input first, as a
+/// local write does; a cluster's task orders and embeds its own partition.
+pub fn chunked_embedding(
+    plan: Arc<dyn ExecutionPlan>,
+    options: &EmbedOptions,
+    metrics: Option<Arc<RunMetrics>>,
+    planned: Option<(Arc<crate::campaign::plan::PlanInUse>, String)>,
+    one_partition: bool,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let by_length = options.order.eq_ignore_ascii_case("length");
+    // A model call's rows at most; the ordering stage cuts smaller ones by tokens.
+    let chunk_rows = if by_length { options.max_batch_rows.max(1) } else { ORIGINAL_BATCH_ROWS };
+    // One chunk per model session in flight, plus one being tokenised.
+    let sessions = options.placement().map_or(1, |p| p.sessions());
+    plan.transform_up(|node| {
+        let Some(exec) = node.as_ref().downcast_ref::<AsyncFuncExec>() else { return Ok(Transformed::no(node)) };
+        let texts: Vec<_> = exec.async_exprs().iter().map(|e| embed_text_argument(&e.func)).collect();
+        if texts.iter().any(Option::is_none) {
+            return Ok(Transformed::no(node));
+        }
+        let mut input = Arc::clone(exec.input());
+        if one_partition && input.output_partitioning().partition_count() > 1 {
+            input = Arc::new(CoalescePartitionsExec::new(input));
+        }
+        match (&planned, texts.into_iter().next().flatten()) {
+            (Some((plan, uri)), Some(text)) => {
+                let resume = (!options.restart).then(|| (uri.clone(), options.id_column.clone()));
+                let list = WorkListExec::try_new(Arc::clone(plan), &exec.input().schema(), resume, metrics.clone())?;
+                input = Arc::new(LengthOrderExec::try_new(Arc::new(list), text, options.clone(), None)?);
+            }
+            (None, Some(text)) if by_length => input = length_order(input, text, options, metrics.clone())?,
+            _ => {}
+        }
+        let embed = EmbedExec::try_new(
+            input,
+            exec.async_exprs().to_vec(),
+            exec.schema(),
+            chunk_rows,
+            sessions + 1,
+            metrics.clone(),
+        )?;
+        Ok(Transformed::yes(Arc::new(embed) as Arc<dyn ExecutionPlan>))
+    })
+    .map(|t| t.data)
 }
 
 /// The text argument of an `embed(...)` call.

@@ -48,6 +48,71 @@ pub struct EmbedUdf {
     /// The settings and fingerprint these options resolve to, or why they do not.
     resolved: std::result::Result<Resolved, String>,
     metrics: Arc<RunMetrics>,
+    /// On a cluster's scheduler and executors: the job's own options, read from each call's session.
+    cluster: Option<ClusterSide>,
+}
+
+/// What an executor sets for its own machine over a job's `embed.*` options: its device, and its threads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct HostOptions {
+    /// `embed.device` on this host (`pipeline executor --device`).
+    pub device: Option<String>,
+    /// `embed.intra_threads` on this host (`pipeline executor --intra-threads`).
+    pub intra_threads: Option<usize>,
+}
+
+impl HostOptions {
+    /// The job's options as this host runs them.
+    pub fn apply(&self, options: &mut EmbedOptions) {
+        if let Some(device) = &self.device {
+            options.device = device.clone();
+        }
+        if let Some(threads) = self.intra_threads {
+            options.intra_threads = threads;
+        }
+    }
+}
+
+/// `embed` where a cluster runs it: the fingerprint the client planned with, which every call checks the
+/// host's own model against, and the host's settings.
+#[derive(Debug)]
+struct ClusterSide {
+    planned: Fingerprint,
+    host: HostOptions,
+    /// The options of the last call, and what they resolved to on this host.
+    last: Mutex<Option<(String, Resolved)>>,
+}
+
+impl ClusterSide {
+    /// The options of the job this call belongs to (`embed.*` in its session), with this host's settings, and
+    /// their settings; an error when this host's model makes other vectors than the client planned.
+    fn resolve(&self, config: &ConfigOptions) -> Result<(EmbedOptions, Resolved)> {
+        let mut options = EmbedOptions::from_config(config);
+        self.host.apply(&mut options);
+        let key = format!("{options:?}");
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, resolved)) = last.as_ref()
+            && *k == key
+        {
+            return Ok((options, resolved.clone()));
+        }
+        let resolved = EmbedUdf::resolve(&options).map_err(|e| exec_datafusion_err!("embed on this executor: {e}"))?;
+        let differences = self.planned.differences(&resolved.fingerprint);
+        if !differences.is_empty() {
+            let list: Vec<String> = differences
+                .iter()
+                .map(|(field, planned, here)| format!("{field}: {planned} planned, {here} here"))
+                .collect();
+            return Err(exec_datafusion_err!(
+                "this executor's model ({}) makes other vectors than the job was planned with ({}); install the same \
+                 model files at the same path on every host of the cluster",
+                options.model_dir().display(),
+                list.join("; ")
+            ));
+        }
+        *last = Some((key, resolved.clone()));
+        Ok((options, resolved))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -78,8 +143,34 @@ impl EmbedUdf {
             options: options.clone(),
             resolved,
             metrics,
+            cluster: None,
         };
         AsyncScalarUDF::new(Arc::new(udf)).into_scalar_udf()
+    }
+
+    /// The `embed` function on a cluster's scheduler or executor: it returns the vectors `planned` describes
+    /// (the client's fingerprint), and each call embeds with its job's `embed.*` options as the session hands
+    /// them over, `host`'s settings applied, after checking that this host's model gives that fingerprint.
+    pub fn on_cluster(planned: Fingerprint, host: HostOptions, metrics: Arc<RunMetrics>) -> ScalarUDF {
+        let udf = Self {
+            signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),
+            options: EmbedOptions::default(),
+            resolved: Err("embed on a cluster takes its options from the job".into()),
+            metrics,
+            cluster: Some(ClusterSide { planned, host, last: Mutex::new(None) }),
+        };
+        AsyncScalarUDF::new(Arc::new(udf)).into_scalar_udf()
+    }
+
+    /// The fingerprint of the vectors an `embed` function returns (from its return field), however it was made.
+    pub fn planned_fingerprint(udf: &ScalarUDF) -> Result<Fingerprint> {
+        let text: FieldRef = Arc::new(Field::new("text", DataType::Utf8, true));
+        let field = udf.return_field_from_args(ReturnFieldArgs { arg_fields: &[text], scalar_arguments: &[None] })?;
+        let json = field
+            .metadata()
+            .get(FINGERPRINT_KEY)
+            .ok_or_else(|| exec_datafusion_err!("embed() returned a field without its fingerprint"))?;
+        Fingerprint::from_json(json).map_err(|e| exec_datafusion_err!("embed()'s fingerprint does not read: {e}"))
     }
 
     fn resolve(options: &EmbedOptions) -> crate::Result<Resolved> {
@@ -88,7 +179,16 @@ impl EmbedUdf {
     }
 
     fn key(&self) -> String {
-        format!("{:?}{:?}", self.options, self.resolved.as_ref().map(|r| &r.fingerprint))
+        let cluster = self.cluster.as_ref().map(|c| (&c.planned, &c.host));
+        format!("{:?}{:?}{cluster:?}", self.options, self.resolved.as_ref().map(|r| &r.fingerprint))
+    }
+
+    /// The fingerprint of the vectors this function returns.
+    fn fingerprint(&self) -> Result<&Fingerprint> {
+        match &self.cluster {
+            Some(c) => Ok(&c.planned),
+            None => Ok(&self.resolved()?.fingerprint),
+        }
     }
 
     fn resolved(&self) -> Result<&Resolved> {
@@ -106,7 +206,7 @@ impl ScalarUDFImpl for EmbedUdf {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(vector_type(&self.resolved()?.fingerprint))
+        Ok(vector_type(self.fingerprint()?))
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
@@ -121,7 +221,7 @@ impl ScalarUDFImpl for EmbedUdf {
                 );
             }
         }
-        let fingerprint = &self.resolved()?.fingerprint;
+        let fingerprint = self.fingerprint()?;
         let metadata = HashMap::from([(FINGERPRINT_KEY.to_string(), fingerprint.to_json())]);
         Ok(Arc::new(Field::new(self.name(), vector_type(fingerprint), true).with_metadata(metadata)))
     }
@@ -136,10 +236,12 @@ impl ScalarUDFImpl for EmbedUdf {
 #[async_trait]
 impl AsyncScalarUDFImpl for EmbedUdf {
     async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let resolved = self.resolved()?.clone();
+        let (options, resolved) = match &self.cluster {
+            Some(cluster) => cluster.resolve(&args.config_options)?,
+            None => (self.options.clone(), self.resolved()?.clone()),
+        };
         let texts = args.args[0].to_array(args.number_rows)?;
         let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
-        let options = self.options.clone();
         let metrics = Arc::clone(&self.metrics);
         let (vectors, stats) =
             tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))

@@ -4,6 +4,7 @@
 mod campaign;
 mod cli;
 mod cli_habits;
+mod cluster;
 mod common;
 mod errors;
 mod integrity;

@@ -1,0 +1,403 @@
+//! A real Ballista cluster on loopback: `pipeline scheduler` and two `pipeline executor` processes (one ONNX
+//! Runtime thread and one task each, so the 2-core machine is not oversubscribed), started and stopped by the
+//! tests, and `pipeline run --cluster` against them.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use embedding_pipeline::campaign::Fingerprint;
+use embedding_pipeline::metrics::RunMetrics;
+use embedding_pipeline::udf::EmbedUdf;
+use embedding_pipeline::udf::embed::HostOptions;
+
+use crate::common::{model_dir, session};
+
+/// A port nothing listens on now (and, with its neighbour, free for an executor's two services).
+fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn wait_for_port(port: u16, what: &str, child: &mut Child) {
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening on {port}: {status}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{what} did not listen on {port} within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A scheduler and executors, each a `pipeline` process; dropping it stops them all.
+struct Cluster {
+    scheduler_port: u16,
+    scheduler: Child,
+    executors: Vec<(Child, PathBuf)>,
+}
+
+impl Cluster {
+    fn start(dir: &Path, executors: usize) -> Cluster {
+        Self::start_with(dir, executors, 180)
+    }
+
+    /// With a scheduler that takes an executor for lost after `timeout` seconds without a heartbeat.
+    fn start_with(dir: &Path, executors: usize, timeout: u64) -> Cluster {
+        let scheduler_port = free_port();
+        let scheduler = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args(["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")])
+            .args(["--executor-timeout", &timeout.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        // In the cluster before it is waited for, so that a failed start still stops every process.
+        let mut cluster = Cluster { scheduler_port, scheduler, executors: Vec::new() };
+        wait_for_port(scheduler_port, "the scheduler", &mut cluster.scheduler);
+        for i in 0..executors {
+            let port = free_port();
+            let work = dir.join(format!("executor-{i}"));
+            let child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+                .args(["executor", "--scheduler", &format!("127.0.0.1:{scheduler_port}")])
+                .args(["--bind", &format!("127.0.0.1:{port}"), "--intra-threads", "1", "--concurrent-tasks", "1"])
+                .arg("--work-dir")
+                .arg(&work)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            cluster.executors.push((child, work));
+            let (child, _) = cluster.executors.last_mut().unwrap();
+            wait_for_port(port, "an executor", child);
+        }
+        cluster
+    }
+
+    fn url(&self) -> String {
+        format!("df://127.0.0.1:{}", self.scheduler_port)
+    }
+
+    /// Files each executor wrote into its work directory (its share of a job's results).
+    fn files_per_executor(&self) -> Vec<usize> {
+        fn count(dir: &Path) -> usize {
+            std::fs::read_dir(dir).map_or(0, |entries| {
+                entries.flatten().map(|e| if e.path().is_dir() { count(&e.path()) } else { 1 }).sum()
+            })
+        }
+        self.executors.iter().map(|(_, work)| count(work)).collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.executors.iter_mut().map(|(c, _)| c).chain(std::iter::once(&mut self.scheduler)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn pipeline(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
+}
+
+/// `n` documents from the 1,000 fortunes (past 1,000 they come round again, under new ids), in `parts` JSON
+/// lines files under `dir/docs/` (one scan partition each).
+fn fortunes_in_parts(dir: &Path, n: usize, parts: usize) {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
+    let text = std::fs::read_to_string(corpus).unwrap();
+    let fortunes: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let mut doc = fortunes[i % fortunes.len()].clone();
+            if i >= fortunes.len() {
+                doc["id"] = format!("{}-{}", doc["id"].as_str().unwrap(), i / fortunes.len()).into();
+            }
+            doc.to_string()
+        })
+        .collect();
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    for (i, chunk) in lines.chunks(n.div_ceil(parts)).enumerate() {
+        std::fs::write(dir.join(format!("docs/part-{i}.jsonl")), chunk.join("\n") + "\n").unwrap();
+    }
+}
+
+/// id → vector from `--format ndjson` output.
+fn vectors_by_id(out: &Output) -> BTreeMap<String, Vec<f32>> {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).unwrap();
+            let v = row["v"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            (row["id"].as_str().unwrap().to_string(), v)
+        })
+        .collect()
+}
+
+#[test]
+fn a_query_embeds_on_two_executors_as_it_does_here() {
+    let dir = tempfile::tempdir().unwrap();
+    fortunes_in_parts(dir.path(), 1000, 4);
+    let cluster = Cluster::start(dir.path(), 2);
+    let query = format!(
+        "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
+         SELECT id, embed(text) AS v FROM docs",
+        model_dir().display()
+    );
+    let args = ["run", "-q", "--format", "ndjson", "--maxrows", "inf", "-c", &query];
+    let here = vectors_by_id(&pipeline(&args, dir.path()));
+    let url = cluster.url();
+    let there = vectors_by_id(&pipeline(&[&args[..], &["--cluster", &url]].concat(), dir.path()));
+    assert_eq!(here.len(), 1000);
+    assert_eq!(there.keys().collect::<Vec<_>>(), here.keys().collect::<Vec<_>>(), "the same ids, once each");
+    let worst =
+        here.iter().flat_map(|(id, a)| a.iter().zip(&there[id]).map(|(x, y)| (x - y).abs())).fold(0f32, f32::max);
+    assert!(worst <= 1e-6, "largest difference {worst}");
+    // Both executors did a share of the work: each wrote results for the client to fetch.
+    let files = cluster.files_per_executor();
+    assert!(files.iter().all(|&n| n > 0), "result files per executor: {files:?}");
+
+    // embed_dim() and a join run there too and print as here.
+    let join = format!(
+        "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
+         SELECT embed_dim() AS dim, count(*) AS n FROM docs a JOIN docs b ON a.id = b.id",
+        model_dir().display()
+    );
+    let args = ["run", "-q", "--format", "csv", "-c", &join];
+    let here = pipeline(&args, dir.path());
+    let there = pipeline(&[&args[..], &["--cluster", &url]].concat(), dir.path());
+    assert!(there.status.success(), "{}", String::from_utf8_lossy(&there.stderr));
+    assert_eq!(String::from_utf8_lossy(&there.stdout), String::from_utf8_lossy(&here.stdout));
+    assert_eq!(String::from_utf8_lossy(&there.stdout), "dim,n\n384,1000\n");
+}
+
+#[test]
+fn a_cluster_nobody_listens_at_is_named_before_any_statement_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let o = pipeline(&["run", "--cluster", &format!("df://127.0.0.1:{port}"), "-c", "SELECT 1"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("no scheduler answers") && err.contains("pipeline scheduler --bind"), "{err}");
+    let o = pipeline(&["run", "--cluster", "http://127.0.0.1:1", "-c", "SELECT 1"], dir.path());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("df://HOST:PORT"));
+}
+
+/// An executor whose model makes other vectors than the client planned with refuses to embed: here the
+/// executors' `embed` itself, given a fingerprint whose model hash is not this model's.
+#[tokio::test]
+async fn an_executor_with_another_model_refuses_to_embed() {
+    let s = session();
+    let ctx = s.context();
+    let planned = ctx.state().scalar_functions()["embed"].clone();
+    let mut fingerprint: Fingerprint = EmbedUdf::planned_fingerprint(&planned).unwrap();
+    fingerprint.model_sha256 = "0".repeat(64);
+    let model = model_dir().display().to_string();
+    ctx.sql(&format!("SET embed.model = '{model}'")).await.unwrap();
+    ctx.register_udf(EmbedUdf::on_cluster(fingerprint, HostOptions::default(), Arc::new(RunMetrics::default())));
+    let err = ctx.sql("SELECT embed('a text') AS v").await.unwrap().collect().await.unwrap_err().to_string();
+    assert!(err.contains("makes other vectors") && err.contains("model_sha256"), "{err}");
+
+    // With the client's own fingerprint, the same function embeds as the client's does.
+    let s = session();
+    let ctx = s.context();
+    let planned = ctx.state().scalar_functions()["embed"].clone();
+    let here =
+        crate::common::vectors(&ctx.sql("SELECT embed('a text') AS v").await.unwrap().collect().await.unwrap(), "v");
+    let fingerprint = EmbedUdf::planned_fingerprint(&planned).unwrap();
+    ctx.sql(&format!("SET embed.model = '{model}'")).await.unwrap();
+    ctx.register_udf(EmbedUdf::on_cluster(fingerprint, HostOptions::default(), Arc::new(RunMetrics::default())));
+    let there =
+        crate::common::vectors(&ctx.sql("SELECT embed('a text') AS v").await.unwrap().collect().await.unwrap(), "v");
+    assert_eq!(here, there);
+}
+
+/// The job that embeds `docs/` into `out`, at the default settings.
+fn write_job(dir: &Path, name: &str, out: &str, extra: &str) {
+    let sql = format!(
+        "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{out}' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join(name), sql).unwrap();
+}
+
+fn inspect(dir: &Path, dataset: &str) -> serde_json::Value {
+    let o = pipeline(&["inspect", "--json", dataset], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// 2,000 documents in 4 files, embedded here into `here/docs.lance` by `here.sql`; `there.sql` writes them into
+/// `there/docs.lance`.
+fn embedded_here(dir: &Path) {
+    fortunes_in_parts(dir, 2000, 4);
+    write_job(dir, "here.sql", "here/docs.lance", "");
+    write_job(dir, "there.sql", "there/docs.lance", "");
+    let o = pipeline(&["run", "-q", "here.sql"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    embedded_here(dir);
+
+    let cluster = Cluster::start(dir, 2);
+    let url = cluster.url();
+    let o = pipeline(&["run", "--cluster", &url, "there.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}{out}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("wrote 2000 rows to ") && out.contains("there/docs.lance in 1 commit(s), now at version 1"),
+        "{out}"
+    );
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "there/docs.lance", "--json"], dir),
+        2000,
+    );
+
+    // One Lance version, whose record sums every task and names each executor's share.
+    let report = inspect(dir, "there/docs.lance");
+    let versions = report["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 1, "{report}");
+    let run = &versions[0]["run"];
+    assert_eq!(run["rows_written"], 2000);
+    assert_eq!(run["documents"], 2000);
+    let shares = run["executors"].as_array().unwrap();
+    assert_eq!(shares.len(), 2, "both executors took a share: {run}");
+    let sum = |key: &str| shares.iter().map(|s| s[key].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("rows_written"), 2000);
+    assert_eq!(sum("documents"), 2000);
+    assert_eq!(sum("useful_tokens"), run["useful_tokens"].as_u64().unwrap());
+    assert!(sum("tasks") >= 4, "at least one task per file: {run}");
+    assert!(shares.iter().all(|s| s["rows_written"].as_u64().unwrap() > 0 && s["device"].is_object()), "{run}");
+    // The executors ordered their shares by length, as a local write does.
+    assert!(run["padding_efficiency"].as_f64().unwrap() > 0.8, "{run}");
+
+    // Run again: every id is there, so nothing is embedded and no version is made.
+    let o = pipeline(&["run", "--cluster", &url, "there.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("nothing new to write"), "{out}");
+    assert_eq!(inspect(dir, "there/docs.lance")["versions"].as_array().unwrap().len(), 1);
+
+    // Other settings are refused before any task runs, and the dataset stays as it is.
+    write_job(dir, "other.sql", "there/docs.lance", "SET embed.normalize = 'false';");
+    let o = pipeline(&["run", "--cluster", &url, "other.sql"], dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("refusing to append") && err.contains("normalize"), "{err}");
+    assert_eq!(inspect(dir, "there/docs.lance")["versions"].as_array().unwrap().len(), 1);
+
+    // A Lance table is read here only: a query of one on the cluster is refused, naming it.
+    let o = pipeline(
+        &[
+            "run",
+            "--cluster",
+            &url,
+            "-c",
+            "CREATE EXTERNAL TABLE v STORED AS LANCE LOCATION 'there/docs.lance'; SELECT count(*) FROM v",
+        ],
+        dir,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("v is a Lance table") && err.contains("without --cluster"), "{err}");
+    // So is a write into anything but Lance.
+    let o = pipeline(
+        &[
+            "run",
+            "--cluster",
+            &url,
+            "-c",
+            "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; COPY (SELECT id FROM docs) TO 'ids.parquet' STORED AS PARQUET",
+        ],
+        dir,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("only writes into Lance run"), "{err}");
+    assert!(!dir.join("ids.parquet").exists());
+
+    // Half the corpus gone from the output (a restart that kept 1,000 rows): the cluster embeds only the rest.
+    let o = pipeline(
+        &[
+            "run",
+            "-q",
+            "-c",
+            &format!(
+                "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/part-0.jsonl'; \
+         CREATE EXTERNAL TABLE more STORED AS JSON LOCATION 'docs/part-1.jsonl'; \
+         COPY (SELECT id, embed(text) AS embedding FROM docs UNION ALL SELECT id, embed(text) AS embedding FROM more) \
+         TO 'half/docs.lance' STORED AS LANCE",
+                model_dir().display()
+            ),
+        ],
+        dir,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    write_job(dir, "half.sql", "half/docs.lance", "");
+    let o = pipeline(&["run", "--cluster", &url, "half.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("resuming: 1000 of 2000 already done") && out.contains("wrote 1000 rows"), "{out}");
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "half/docs.lance", "--json"], dir),
+        2000,
+    );
+    drop(cluster);
+}
+
+#[test]
+fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    embedded_here(dir);
+
+    // The scheduler takes an executor for lost after 15 s without a heartbeat (executors send one every 5 s).
+    let mut cluster = Cluster::start_with(dir, 2, 15);
+    let url = cluster.url();
+    let client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--cluster", &url, "there.sql"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill an executor once the tasks have begun writing their fragments.
+    let data = dir.join("there/docs.lance/data");
+    let started = Instant::now();
+    while std::fs::read_dir(&data).map_or(true, |d| d.count() == 0) {
+        assert!(started.elapsed() < Duration::from_secs(120), "no task wrote a fragment within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (killed, _) = &mut cluster.executors[0];
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let first = client.wait_with_output().unwrap();
+    let outcome = if first.status.success() { "completed on the other executor" } else { "failed" };
+    eprintln!(
+        "with an executor killed, the job {outcome}:\n{}{}",
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&first.stderr)
+    );
+    if !first.status.success() {
+        // A failed job committed nothing.
+        assert!(!dir.join("there/docs.lance/_versions").exists(), "a failed job left a version");
+    }
+    // Run again (on the executor left): every id exactly once, the vectors a local run makes.
+    let o = pipeline(&["run", "--cluster", &url, "there.sql"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "there/docs.lance", "--json"], dir),
+        2000,
+    );
+    let report = inspect(dir, "there/docs.lance");
+    assert_eq!(report["ids"]["unique"], true, "{report}");
+    assert_eq!(report["rows"], 2000, "{report}");
+}
