@@ -249,7 +249,7 @@ pub enum Command {
         executor_timeout: u64,
     },
     /// Run a cluster executor: one per GPU. It takes tasks from the scheduler and embeds on its device.
-    /// Runs until stopped (SIGTERM or ctrl-C let its running tasks finish).
+    /// Runs until stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks on the other executors).
     Executor {
         /// The scheduler's address.
         #[arg(long, value_name = "HOST:PORT")]
@@ -258,7 +258,8 @@ pub enum Command {
         /// port need be reachable (from the client and the other executors).
         #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50051")]
         bind: std::net::SocketAddr,
-        /// The name or address other hosts reach this one by (default: the --bind address).
+        /// The name or address other hosts reach this one by (default: the --bind address, or this host's name
+        /// when that is 0.0.0.0).
         #[arg(long, value_name = "HOST")]
         external_host: Option<String>,
         /// This executor's device (cpu, cuda:N), over each job's embed.device.
@@ -626,7 +627,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             runtime.apply();
             let work_dir =
                 work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("pipeline-executor-{}", bind.port())));
-            let host = crate::udf::embed::HostOptions { device, intra_threads };
+            let host = crate::udf::embed::HostOptions { device, intra_threads, name: None };
             let settings = crate::cluster::ExecutorSettings {
                 scheduler,
                 bind,

@@ -82,7 +82,7 @@ pub struct ExecutorSettings {
     pub work_dir: PathBuf,
 }
 
-/// Run an executor until the process is stopped (SIGTERM or ctrl-C let its running tasks finish).
+/// Run an executor until the process is stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks elsewhere).
 pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
     let (scheduler_host, scheduler_port) = settings
         .scheduler
@@ -98,11 +98,12 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         settings.bind.port().checked_add(1).ok_or_else(|| {
             anyhow::anyhow!("--bind {}: the gRPC port is the next one; pick a lower port", settings.bind)
         })?;
-    let external_host = settings
-        .external_host
-        .clone()
-        .or_else(|| (!settings.bind.ip().is_unspecified()).then(|| settings.bind.ip().to_string()));
+    let external_host = settings.external_host.clone().or_else(|| {
+        if settings.bind.ip().is_unspecified() { host_name() } else { Some(settings.bind.ip().to_string()) }
+    });
     let label = format!("{}:{}", external_host.as_deref().unwrap_or("localhost"), settings.bind.port());
+    let mut host = settings.host.clone();
+    host.name = Some(label.clone());
     let config = ExecutorProcessConfig {
         bind_host: settings.bind.ip().to_string(),
         external_host,
@@ -117,8 +118,8 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         work_dir: Some(settings.work_dir.display().to_string()),
         override_function_registry: Some(Arc::new(registry)),
         override_config_producer: Some(Arc::new(config_producer)),
-        override_logical_codec: Some(Arc::new(EmbedLogicalCodec::new(settings.host.clone(), Arc::clone(&metrics)))),
-        override_physical_codec: Some(Arc::new(EmbedPhysicalCodec::new(settings.host.clone(), metrics, Some(label)))),
+        override_logical_codec: Some(Arc::new(EmbedLogicalCodec::new(host.clone(), Arc::clone(&metrics)))),
+        override_physical_codec: Some(Arc::new(EmbedPhysicalCodec::new(host, metrics, Some(label)))),
         ..ExecutorProcessConfig::default()
     };
     println!(
@@ -129,4 +130,13 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         settings.concurrent_tasks
     );
     start_executor_process(Arc::new(config)).await.map_err(|e| anyhow::anyhow!("executor: {e}"))
+}
+
+/// This host's name, as other hosts may know it.
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0)?;
+    (rc == 0 && end > 0).then(|| String::from_utf8_lossy(&buf[..end]).into_owned())
 }

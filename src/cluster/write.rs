@@ -301,7 +301,8 @@ async fn write_partition(
     }
     let (rows, stats) = counted.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let device = if stats.docs + stats.nulls > 0 { place.process.device() } else { None };
-    let record = RunRecord::new(&stats, rows, started.elapsed().as_secs_f64(), write_seconds, device);
+    let mut record = RunRecord::new(&stats, rows, started.elapsed().as_secs_f64(), write_seconds, device);
+    record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
     let record = serde_json::to_string(&record).map_err(|e| exec_datafusion_err!("task record: {e}"))?;
     Ok(RecordBatch::try_new(
         task_schema(),
@@ -319,6 +320,8 @@ async fn write_partition(
 pub struct Gathered {
     pub operations: Vec<Operation>,
     pub records: Vec<(String, RunRecord)>,
+    /// The tasks that answered (each once).
+    pub tasks: std::collections::BTreeSet<u64>,
 }
 
 /// Read the tasks' answer rows.
@@ -331,7 +334,14 @@ pub fn gather(batches: &[RecordBatch]) -> crate::Result<Gathered> {
         let transactions =
             column("transaction")?.as_binary_opt::<i32>().ok_or_else(|| bad("transaction".into()))?.clone();
         let records = column("record")?.as_string_opt::<i32>().ok_or_else(|| bad("record".into()))?.clone();
+        let tasks = column("task")?
+            .as_primitive_opt::<datafusion::arrow::datatypes::UInt64Type>()
+            .ok_or_else(|| bad("task".into()))?
+            .clone();
         for row in 0..batch.num_rows() {
+            if !out.tasks.insert(tasks.value(row)) {
+                return Err(bad(format!("task {} answered twice; nothing was committed", tasks.value(row))));
+            }
             let record: RunRecord = serde_json::from_str(records.value(row)).map_err(|e| bad(e.to_string()))?;
             if !transactions.is_null(row) && !transactions.value(row).is_empty() {
                 let message = pb::Transaction::decode(transactions.value(row)).map_err(|e| bad(e.to_string()))?;
@@ -361,9 +371,14 @@ pub fn merged(operations: Vec<Operation>) -> crate::Result<Option<Operation>> {
                 fragments.extend(more);
                 Operation::Overwrite { fragments, schema, config_upsert_values, initial_bases }
             }
-            (_, other) => {
+            (Some(first), other) => {
                 return Err(crate::Error::Cluster(format!(
-                    "the tasks wrote with different operations ({other}); nothing was committed"
+                    "the tasks wrote with different Lance operations ({first} and {other}); nothing was committed"
+                )));
+            }
+            (None, other) => {
+                return Err(crate::Error::Cluster(format!(
+                    "a task wrote with the Lance operation {other}, not an append or overwrite; nothing was committed"
                 )));
             }
         });
@@ -406,7 +421,8 @@ pub async fn commit(
     metrics: &RunMetrics,
 ) -> crate::Result<Option<WriteReport>> {
     let (executors, stats, rows) = shares(&gathered.records);
-    let Some(mut operation) = merged(gathered.operations)? else { return Ok(None) };
+    let peak = gathered.records.iter().map(|(_, r)| r.peak_memory_bytes).max().unwrap_or(0);
+    let Some(mut operation) = merged(gathered.operations)?.filter(|_| rows > 0) else { return Ok(None) };
     // NOTE: lance 14.0.2's protobuf form of an Overwrite drops the schema's metadata ("TODO: handle metadata"), which
     // holds the fingerprint: put it back.
     if let (Operation::Overwrite { schema, .. }, Some(fp)) = (&mut operation, fingerprint) {
@@ -418,7 +434,8 @@ pub async fn commit(
     let mut record = RunRecord::new(&stats, rows, wall, 0.0, device);
     record.previous_device = previous_device.filter(|p| record.device.as_ref().is_some_and(|d| d != p));
     record.executors = executors;
-    record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
+    // The executors' peak (the largest of their processes'), which a memory budget is about.
+    record.peak_memory_bytes = peak;
     if let Some(origin) = fingerprint.and_then(|f| lineage::recall(&f.model_sha256, &f.lineage_sha256)) {
         record.model_dir = Some(origin.dir.display().to_string());
         record.lineage = origin.lineage.map(|l| l.record);
@@ -482,6 +499,16 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
             tag_is_current = Some(v);
         }
     }
+    if let Some(v) = tag_is_current
+        && options.restart
+    {
+        return Err(crate::Error::Cluster(format!(
+            "embed.tag '{}' already marks version {v} of {uri}, the current one, and --restart would make a new \
+             version; nothing was run: choose another tag",
+            options.tag
+        ))
+        .into());
+    }
     let append = existing.is_some() && !options.restart;
     let input = target.input.as_ref().clone();
     // The ids already written are dropped before embed(), on the executors, as a local write drops them.
@@ -490,7 +517,10 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     let started = Instant::now();
     let job = async { ctx.execute_logical_plan(write_plan(input, spec)?).await?.collect().await };
     let batches = tokio::select! {
-        batches = job => batches?,
+        batches = job => batches.map_err(|e| crate::Error::Cluster(format!(
+            "the cluster's job failed, so nothing was committed and {uri} is as it was (its tasks' files are used by no \
+             version); run the job again to embed what is missing, once the cause below is mended:\n{e}"
+        )))?,
         _ = crate::campaign::interrupt::stopped() => {
             return Err(crate::Error::Cluster(format!(
                 "stopped: nothing was committed, so {uri} is as it was; the cluster may finish the job's tasks, whose \
@@ -512,12 +542,14 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     let read_version = existing.as_ref().map_or(0, |d| d.version().version);
     let report =
         commit(uri, read_version, gathered, fingerprint.as_ref(), previous_device, started, session.metrics()).await?;
-    if let Some(r) = &report
-        && !options.tag.is_empty()
+    // The version the job ends on carries the tag: the new one, or, when nothing was left to write, the current one
+    // (a finished job run again), as a local write does.
+    let tagged = report.as_ref().map(|r| r.version).or(existing.as_ref().map(|_| read_version));
+    if let Some(version) = tagged.filter(|_| !options.tag.is_empty() && (report.is_some() || tag_is_current.is_none()))
     {
         let lance_err = |e: lance::Error| crate::Error::Lance { uri: uri.to_string(), message: e.to_string() };
         let ds = lance::Dataset::open(uri).await.map_err(lance_err)?;
-        ds.tags().create(&options.tag, r.version).await.map_err(lance_err)?;
+        ds.tags().create(&options.tag, version).await.map_err(lance_err)?;
     }
     Ok(report)
 }

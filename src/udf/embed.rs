@@ -59,6 +59,8 @@ pub struct HostOptions {
     pub device: Option<String>,
     /// `embed.intra_threads` on this host (`pipeline executor --intra-threads`).
     pub intra_threads: Option<usize>,
+    /// The executor, as messages name it (`HOST:PORT`).
+    pub name: Option<String>,
 }
 
 impl HostOptions {
@@ -96,7 +98,8 @@ impl ClusterSide {
         {
             return Ok((options, resolved.clone()));
         }
-        let resolved = EmbedUdf::resolve(&options).map_err(|e| exec_datafusion_err!("embed on this executor: {e}"))?;
+        let here = self.host.name.as_deref().map_or("this executor".to_string(), |n| format!("executor {n}"));
+        let resolved = EmbedUdf::resolve(&options).map_err(|e| exec_datafusion_err!("embed on {here}: {e}"))?;
         let differences = self.planned.differences(&resolved.fingerprint);
         if !differences.is_empty() {
             let list: Vec<String> = differences
@@ -104,7 +107,7 @@ impl ClusterSide {
                 .map(|(field, planned, here)| format!("{field}: {planned} planned, {here} here"))
                 .collect();
             return Err(exec_datafusion_err!(
-                "this executor's model ({}) makes other vectors than the job was planned with ({}); install the same \
+                "{here}: its model ({}) makes other vectors than the job was planned with ({}); install the same \
                  model files at the same path on every host of the cluster",
                 options.model_dir().display(),
                 list.join("; ")

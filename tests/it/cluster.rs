@@ -37,12 +37,16 @@ fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     }
 }
 
-/// A scheduler and executors, each a `pipeline` process; dropping it stops them all.
+/// A scheduler and executors, each a `pipeline` process; dropping it stops them all. One cluster at a time: the
+/// 2-core machine runs each process's model on one thread, and a lost executor is noticed by its heartbeats.
 struct Cluster {
     scheduler_port: u16,
     scheduler: Child,
     executors: Vec<(Child, PathBuf)>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
     fn start(dir: &Path, executors: usize) -> Cluster {
@@ -51,6 +55,7 @@ impl Cluster {
 
     /// With a scheduler that takes an executor for lost after `timeout` seconds without a heartbeat.
     fn start_with(dir: &Path, executors: usize, timeout: u64) -> Cluster {
+        let one_at_a_time = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let scheduler_port = free_port();
         let scheduler = Command::new(env!("CARGO_BIN_EXE_pipeline"))
             .args(["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")])
@@ -59,7 +64,7 @@ impl Cluster {
             .spawn()
             .unwrap();
         // In the cluster before it is waited for, so that a failed start still stops every process.
-        let mut cluster = Cluster { scheduler_port, scheduler, executors: Vec::new() };
+        let mut cluster = Cluster { scheduler_port, scheduler, executors: Vec::new(), _one_at_a_time: one_at_a_time };
         wait_for_port(scheduler_port, "the scheduler", &mut cluster.scheduler);
         for i in 0..executors {
             let port = free_port();
@@ -296,6 +301,21 @@ fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
     assert!(!o.status.success() && err.contains("refusing to append") && err.contains("normalize"), "{err}");
     assert_eq!(inspect(dir, "there/docs.lance")["versions"].as_array().unwrap().len(), 1);
 
+    // A tag given to a run with nothing new marks the current version, as locally.
+    write_job(dir, "tagged.sql", "there/docs.lance", "SET embed.tag = 'v1';");
+    let o = pipeline(&["run", "--cluster", &url, "tagged.sql"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(inspect(dir, "there/docs.lance")["versions"][0]["tags"][0], "v1");
+    // --restart replaces the rows in one new version, under the same fingerprint (compare checks it).
+    let o = pipeline(&["run", "--restart", "--cluster", &url, "there.sql"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = inspect(dir, "there/docs.lance");
+    assert_eq!((report["versions"].as_array().unwrap().len(), &report["rows"]), (2, &serde_json::json!(2000)));
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "there/docs.lance", "--json"], dir),
+        2000,
+    );
+
     // A Lance table is read here only: a query of one on the cluster is refused, naming it.
     let o = pipeline(
         &[
@@ -379,6 +399,16 @@ fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     let (killed, _) = &mut cluster.executors[0];
     killed.kill().unwrap();
     killed.wait().unwrap();
+    // Bounded: a job that hangs is a failure of its own, not a stalled test run.
+    let started = Instant::now();
+    let mut client = client;
+    while client.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = client.kill();
+            panic!("the job neither completed nor failed within 300 s of an executor's loss");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let first = client.wait_with_output().unwrap();
     let outcome = if first.status.success() { "completed on the other executor" } else { "failed" };
     eprintln!(
