@@ -42,11 +42,10 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord, lineage};
+use crate::lance::lance_err;
 use crate::lance::lock::{Holder, WriteLock};
 use crate::lance::resume::{WriteTarget, open_existing, without_done_ids};
-use crate::lance::sink::{
-    check_fingerprint, check_output_location, fingerprint_of_columns, fingerprint_of_dataset, latest_device,
-};
+use crate::lance::sink::{ExistingOutput, check_existing, check_output_location, fingerprint_of_columns};
 use crate::metrics::{RunMetrics, WriteReport};
 use crate::options::EmbedOptions;
 
@@ -288,15 +287,13 @@ async fn write_partition(
         let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), batches));
         let mode = if spec.append { WriteMode::Append } else { WriteMode::Overwrite };
         let params = WriteParams { mode, ..Default::default() };
-        let lance_err = |e: lance::Error| -> datafusion::error::DataFusionError {
-            crate::Error::Lance { uri: spec.uri.clone(), message: e.to_string() }.into()
-        };
+        let failed = |e| datafusion::error::DataFusionError::from(lance_err(&spec.uri)(e));
         let written_txn = InsertBuilder::new(spec.uri.as_str())
             .with_params(&params)
             .execute_uncommitted_stream(stream)
             .await
-            .map_err(lance_err)?;
-        transaction = pb::Transaction::try_from(&written_txn).map_err(lance_err)?.encode_to_vec();
+            .map_err(failed)?;
+        transaction = pb::Transaction::try_from(&written_txn).map_err(failed)?.encode_to_vec();
         write_seconds = written.elapsed().as_secs_f64();
     }
     let (rows, stats) = counted.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -444,8 +441,7 @@ pub async fn commit(
     let transaction = TransactionBuilder::new(read_version, operation)
         .transaction_properties(Some(Arc::new(HashMap::from([(RUN_RECORD_KEY.to_string(), json)]))))
         .build();
-    let lance_err = |e: lance::Error| crate::Error::Lance { uri: uri.to_string(), message: e.to_string() };
-    let dataset = CommitBuilder::new(uri).execute(transaction).await.map_err(lance_err)?;
+    let dataset = CommitBuilder::new(uri).execute(transaction).await.map_err(lance_err(uri))?;
     record.write_seconds = committing.elapsed().as_secs_f64();
     metrics.record_embed(&stats);
     if let Some(device) = &record.device {
@@ -471,34 +467,17 @@ pub fn write_plan(input: LogicalPlan, spec: WriteSpec) -> Result<LogicalPlan> {
 /// and locked here, embedded and written by the tasks, committed here in one version. `None` when there was
 /// nothing left to write.
 pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<Option<WriteReport>> {
-    let df = |e: datafusion::error::DataFusionError| e;
     let ctx = session.context();
     let options = EmbedOptions::from_config(ctx.state().config_options());
     let uri = target.uri.as_str();
-    check_output_location(uri).map_err(df)?;
+    check_output_location(uri)?;
     let _lock = WriteLock::acquire(uri, Holder::Run)?;
     let existing = open_existing(uri).await?;
-    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow()).map_err(df)?;
-    let (mut previous_device, mut tag_is_current) = (None, None);
-    if let Some(ds) = &existing {
-        previous_device = latest_device(ds).await;
-        if !options.restart {
-            let stored = fingerprint_of_dataset(ds).map_err(df)?;
-            check_fingerprint(uri, stored.as_ref(), fingerprint.as_ref()).map_err(df)?;
-        }
-        if !options.tag.is_empty()
-            && let Ok(v) = ds.tags().get_version(&options.tag).await
-        {
-            if v != ds.version().version {
-                return Err(crate::Error::Cluster(format!(
-                    "embed.tag '{}' already marks version {v} of {uri}, not the current one; choose another tag",
-                    options.tag
-                ))
-                .into());
-            }
-            tag_is_current = Some(v);
-        }
-    }
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    let ExistingOutput { previous_device, tag_is_current } = match &existing {
+        Some(ds) => check_existing(uri, ds, fingerprint.as_ref(), &options).await?,
+        None => ExistingOutput::default(),
+    };
     if let Some(v) = tag_is_current
         && options.restart
     {
@@ -512,7 +491,7 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     let append = existing.is_some() && !options.restart;
     let input = target.input.as_ref().clone();
     // The ids already written are dropped before embed(), on the executors, as a local write drops them.
-    let input = if append { without_done_ids(input, uri, &options.id_column).map_err(df)? } else { input };
+    let input = if append { without_done_ids(input, uri, &options.id_column)? } else { input };
     let spec = WriteSpec { uri: uri.to_string(), append, fingerprint: fingerprint.as_ref().map(|f| f.to_json()) };
     let started = Instant::now();
     let job = async { ctx.execute_logical_plan(write_plan(input, spec)?).await?.collect().await };
@@ -547,9 +526,8 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     let tagged = report.as_ref().map(|r| r.version).or(existing.as_ref().map(|_| read_version));
     if let Some(version) = tagged.filter(|_| !options.tag.is_empty() && (report.is_some() || tag_is_current.is_none()))
     {
-        let lance_err = |e: lance::Error| crate::Error::Lance { uri: uri.to_string(), message: e.to_string() };
-        let ds = lance::Dataset::open(uri).await.map_err(lance_err)?;
-        ds.tags().create(&options.tag, version).await.map_err(lance_err)?;
+        let ds = lance::Dataset::open(uri).await.map_err(lance_err(uri))?;
+        ds.tags().create(&options.tag, version).await.map_err(lance_err(uri))?;
     }
     Ok(report)
 }

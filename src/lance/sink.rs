@@ -139,6 +139,42 @@ pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&F
     }
 }
 
+/// What a write learns from the dataset already at its output, before anything is embedded.
+#[derive(Debug, Default)]
+pub(crate) struct ExistingOutput {
+    /// The device of the dataset's newest run record, recorded when this write's device differs.
+    pub previous_device: Option<DeviceInfo>,
+    /// The version `embed.tag` already marks when that is the current one (a finished job run again): fine while
+    /// the write adds no rows.
+    pub tag_is_current: Option<u64>,
+}
+
+/// The checks every write into an existing dataset makes before it embeds: the campaign fingerprint matches the
+/// dataset's (unless `--restart` replaces its rows), and a requested tag is free or marks the current version.
+pub(crate) async fn check_existing(
+    uri: &str,
+    ds: &Dataset,
+    fingerprint: Option<&Fingerprint>,
+    options: &EmbedOptions,
+) -> Result<ExistingOutput> {
+    if !options.restart {
+        check_fingerprint(uri, fingerprint_of_dataset(ds)?.as_ref(), fingerprint)?;
+    }
+    let mut tag_is_current = None;
+    if !options.tag.is_empty()
+        && let Ok(v) = ds.tags().get_version(&options.tag).await
+    {
+        if v != ds.version().version {
+            return Err(exec_datafusion_err!(
+                "embed.tag '{}' already marks version {v} of {uri}, not the current one; choose another tag",
+                options.tag
+            ));
+        }
+        tag_is_current = Some(v);
+    }
+    Ok(ExistingOutput { previous_device: latest_device(ds).await, tag_is_current })
+}
+
 /// The device in the newest run record of the dataset (an index or optimize commit after it has none).
 pub(crate) async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
     let found = super::inspect::newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await.ok()??;
@@ -158,27 +194,10 @@ impl DataSink for LanceSink {
             Err(lance::Error::DatasetNotFound { .. }) => None,
             Err(e) => return Err(self.lance_err(e)),
         };
-        let mut previous_device = None;
-        // The tag already marks the current version (a finished job run again): fine while nothing new comes.
-        let mut tag_is_current = None;
-        if let Some(ds) = &existing {
-            previous_device = latest_device(ds).await;
-            if !options.restart {
-                check_fingerprint(&self.uri, fingerprint_of_dataset(ds)?.as_ref(), self.fingerprint.as_ref())?;
-            }
-            if !options.tag.is_empty()
-                && let Ok(v) = ds.tags().get_version(&options.tag).await
-            {
-                if v != ds.version().version {
-                    return Err(exec_datafusion_err!(
-                        "embed.tag '{}' already marks version {v} of {}, not the current one; choose another tag",
-                        options.tag,
-                        self.uri
-                    ));
-                }
-                tag_is_current = Some(v);
-            }
-        }
+        let ExistingOutput { previous_device, tag_is_current } = match &existing {
+            Some(ds) => check_existing(&self.uri, ds, self.fingerprint.as_ref(), &options).await?,
+            None => ExistingOutput::default(),
+        };
 
         let mut schema = data.schema().as_ref().clone();
         if let Some(fp) = &self.fingerprint {
