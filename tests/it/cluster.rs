@@ -37,7 +37,7 @@ fn wait_for_port(port: u16, what: &str, child: &mut Child) {
     }
 }
 
-/// A scheduler and executors, each a `pipeline` process; dropping it stops them all. One cluster at a time: the
+/// A scheduler and executors, each a `pipeline` process (the executors in `dir/hosts`); dropping it stops them all. One cluster at a time: the
 /// 2-core machine runs each process's model on one thread, and a lost executor is noticed by its heartbeats.
 struct Cluster {
     scheduler_port: u16,
@@ -66,6 +66,9 @@ impl Cluster {
         // In the cluster before it is waited for, so that a failed start still stops every process.
         let mut cluster = Cluster { scheduler_port, scheduler, executors: Vec::new(), _one_at_a_time: one_at_a_time };
         wait_for_port(scheduler_port, "the scheduler", &mut cluster.scheduler);
+        // The executors' working directory, against which a relative embed.model resolves on them.
+        let hosts = dir.join("hosts");
+        std::fs::create_dir_all(&hosts).unwrap();
         for i in 0..executors {
             let port = free_port();
             let work = dir.join(format!("executor-{i}"));
@@ -74,6 +77,7 @@ impl Cluster {
                 .args(["--bind", &format!("127.0.0.1:{port}"), "--intra-threads", "1", "--concurrent-tasks", "1"])
                 .arg("--work-dir")
                 .arg(&work)
+                .current_dir(&hosts)
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap();
@@ -382,26 +386,13 @@ fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     // The scheduler takes an executor for lost after 15 s without a heartbeat (executors send one every 5 s).
     let mut cluster = Cluster::start_with(dir, 2, 15);
     let url = cluster.url();
-    let client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "--cluster", &url, "there.sql"])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // Kill an executor once the tasks have begun writing their fragments.
-    let data = dir.join("there/docs.lance/data");
-    let started = Instant::now();
-    while std::fs::read_dir(&data).map_or(true, |d| d.count() == 0) {
-        assert!(started.elapsed() < Duration::from_secs(120), "no task wrote a fragment within 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut client = writing_there(dir, &url);
     let (killed, _) = &mut cluster.executors[0];
     killed.kill().unwrap();
     killed.wait().unwrap();
     // Bounded: a job that hangs is a failure of its own, not a stalled test run.
     let started = Instant::now();
-    let mut client = client;
     while client.try_wait().unwrap().is_none() {
         if started.elapsed() > Duration::from_secs(300) {
             let _ = client.kill();
@@ -430,4 +421,99 @@ fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     let report = inspect(dir, "there/docs.lance");
     assert_eq!(report["ids"]["unique"], true, "{report}");
     assert_eq!(report["rows"], 2000, "{report}");
+}
+
+/// `pipeline run --cluster url there.sql`, once its tasks have begun writing their fragments.
+fn writing_there(dir: &Path, url: &str) -> Child {
+    let client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--cluster", url, "there.sql"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data = dir.join("there/docs.lance/data");
+    let started = Instant::now();
+    while std::fs::read_dir(&data).map_or(true, |d| d.count() == 0) {
+        assert!(started.elapsed() < Duration::from_secs(120), "no task wrote a fragment within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client
+}
+
+#[test]
+fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    embedded_here(dir);
+    let cluster = Cluster::start(dir, 2);
+    let url = cluster.url();
+
+    // Ctrl-C while the tasks write: nothing is committed, and the output has no version.
+    let client = writing_there(dir, &url);
+    let signalled = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
+    assert!(signalled.success());
+    let stopped = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&stopped.stderr);
+    assert!(!stopped.status.success() && err.contains("stopped: nothing was committed"), "{err}");
+    assert!(!dir.join("there/docs.lance/_versions").exists(), "a stopped job left a version");
+
+    // A quarter of the corpus, tagged; then INSERT INTO the Lance table, under another tag, adds only the rest in
+    // one new version that the tag marks.
+    write_job(dir, "quarter.sql", "there/docs.lance", "SET embed.tag = 'quarter';");
+    let sql = std::fs::read_to_string(dir.join("quarter.sql"))
+        .unwrap()
+        .replace("LOCATION 'docs/'", "LOCATION 'docs/part-0.jsonl'");
+    std::fs::write(dir.join("quarter.sql"), sql).unwrap();
+    let o = pipeline(&["run", "--cluster", &url, "quarter.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("wrote 500 rows"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let insert = format!(
+        "SET embed.model = '{}';\nSET embed.tag = 'all';\n\
+         CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/';\n\
+         CREATE EXTERNAL TABLE out STORED AS LANCE LOCATION 'there/docs.lance';\n\
+         INSERT INTO out SELECT id, embed(text) AS embedding FROM docs;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join("insert.sql"), insert).unwrap();
+    let o = pipeline(&["run", "--cluster", &url, "insert.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("resuming: 500 of 2000 already done") && out.contains("wrote 1500 rows"), "{out}");
+    let report = inspect(dir, "there/docs.lance");
+    let versions = report["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{report}");
+    assert_eq!((&versions[0]["tags"][0], &versions[1]["tags"][0]), (&"quarter".into(), &"all".into()), "{report}");
+    assert_eq!(versions[1]["run"]["rows_written"], 1500, "{report}");
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "there/docs.lance", "--json"], dir),
+        2000,
+    );
+    // A tag that marks an older version is refused, and nothing changes.
+    let o = pipeline(&["run", "--cluster", &url, "quarter.sql"], dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("'quarter' already marks version 1"), "{err}");
+    assert_eq!(inspect(dir, "there/docs.lance")["versions"].as_array().unwrap().len(), 2);
+
+    // Executors whose model (at the job's relative embed.model, resolved in their own working directory) has
+    // another tokenizer file refuse to embed, naming it, and the job commits nothing.
+    for (home, edit) in [(dir.to_path_buf(), false), (dir.join("hosts"), true)] {
+        let m = home.join("m");
+        crate::model::copy_configs(&model_dir(), &m);
+        std::fs::create_dir_all(m.join("onnx")).unwrap();
+        std::os::unix::fs::symlink(model_dir().join("onnx/model.onnx"), m.join("onnx/model.onnx")).unwrap();
+        if edit {
+            // The same tokenizer, written out with one more line end: another file.
+            let text = std::fs::read_to_string(m.join("tokenizer.json")).unwrap();
+            std::fs::write(m.join("tokenizer.json"), text + "\n").unwrap();
+        }
+    }
+    let job = "SET embed.model = 'm'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
+               COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'other/docs.lance' STORED AS LANCE";
+    let o = pipeline(&["run", "--cluster", &url, "-c", job], dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("makes other vectors") && err.contains("tokenizer_sha256"), "{err}");
+    assert!(err.contains("nothing was committed"), "{err}");
+    assert!(!dir.join("other/docs.lance/_versions").exists(), "a refused job left a version");
+    drop(cluster);
 }
