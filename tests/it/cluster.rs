@@ -495,6 +495,27 @@ fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
     assert!(!o.status.success() && err.contains("'quarter' already marks version 1"), "{err}");
     assert_eq!(inspect(dir, "there/docs.lance")["versions"].as_array().unwrap().len(), 2);
 
+    // One file, which the scan cuts into byte ranges (a task each, as DataFusion splits a large file; here from
+    // 1 KiB on): every id once, and the vectors of a local run.
+    let all: String =
+        (0..4).map(|i| std::fs::read_to_string(dir.join(format!("docs/part-{i}.jsonl"))).unwrap()).collect();
+    std::fs::create_dir_all(dir.join("one")).unwrap();
+    std::fs::write(dir.join("one/all.jsonl"), all).unwrap();
+    let job = format!(
+        "SET embed.model = '{}'; SET datafusion.optimizer.repartition_file_min_size = 1024;          CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'one/all.jsonl';          COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'ranges/docs.lance' STORED AS LANCE",
+        model_dir().display()
+    );
+    let o = pipeline(&["run", "--cluster", &url, "-c", &job], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("wrote 2000 rows"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "ranges/docs.lance", "--json"], dir),
+        2000,
+    );
+    let run = &inspect(dir, "ranges/docs.lance")["versions"][0]["run"];
+    let tasks: u64 = run["executors"].as_array().unwrap().iter().map(|s| s["tasks"].as_u64().unwrap()).sum();
+    assert!(tasks >= 4, "the file was cut into ranges, a task each: {run}");
+
     // Executors whose model (at the job's relative embed.model, resolved in their own working directory) has
     // another tokenizer file refuse to embed, naming it, and the job commits nothing.
     for (home, edit) in [(dir.to_path_buf(), false), (dir.join("hosts"), true)] {
