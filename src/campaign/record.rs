@@ -106,6 +106,17 @@ impl RunRecord {
         }
     }
 
+    /// What a commit records beside its counters: the model directory and lineage that made vectors under
+    /// `fingerprint`, when this process knows them, and `previous` (the device of the dataset's newest record)
+    /// when it differs from this record's device.
+    pub fn note_origin(&mut self, fingerprint: Option<&super::Fingerprint>, previous: Option<DeviceInfo>) {
+        self.previous_device = previous.filter(|p| self.device.as_ref().is_some_and(|d| d != p));
+        if let Some(origin) = fingerprint.and_then(|f| super::lineage::recall(&f.model_sha256, &f.lineage_sha256)) {
+            self.model_dir = Some(origin.dir.display().to_string());
+            self.lineage = origin.lineage.map(|l| l.record);
+        }
+    }
+
     /// The embedding counters this record holds.
     pub fn stats(&self) -> EmbedStats {
         EmbedStats {

@@ -6,6 +6,8 @@
 //! there it becomes [`EmbedUdf::on_cluster`], which returns that vector type and embeds with the job's
 //! `embed.*` options (which Ballista hands every task) and the host's device, refusing to embed when the
 //! host's model gives another fingerprint. So vectors from a host with another model never mix in.
+//!
+//! Aggregate and window functions keep the traits' own handling, which Ballista's codecs keep too.
 
 use std::sync::Arc;
 
@@ -15,7 +17,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::{Result, TableReference, exec_datafusion_err};
 use datafusion::datasource::file_format::FileFormatFactory;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::{AggregateUDF, Extension, LogicalPlan, ScalarUDF, WindowUDF};
+use datafusion::logical_expr::{Extension, LogicalPlan, ScalarUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -176,22 +178,6 @@ impl LogicalExtensionCodec for EmbedLogicalCodec {
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
         if self.embed.encode(node, buf)? { Ok(()) } else { self.inner.try_encode_udf(node, buf) }
     }
-
-    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        self.inner.try_decode_udaf(name, buf)
-    }
-
-    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udaf(node, buf)
-    }
-
-    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        self.inner.try_decode_udwf(name, buf)
-    }
-
-    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udwf(node, buf)
-    }
 }
 
 /// Ballista's physical codec (the scheduler's stage plans to the executors), with `embed`, the distributed
@@ -266,21 +252,5 @@ impl PhysicalExtensionCodec for EmbedPhysicalCodec {
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
         if self.embed.encode(node, buf)? { Ok(()) } else { self.inner.try_encode_udf(node, buf) }
-    }
-
-    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
-        self.inner.try_decode_udaf(name, buf)
-    }
-
-    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udaf(node, buf)
-    }
-
-    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
-        self.inner.try_decode_udwf(name, buf)
-    }
-
-    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
-        self.inner.try_encode_udwf(node, buf)
     }
 }

@@ -41,7 +41,7 @@ use lance::table::format::pb;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord, lineage};
+use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord};
 use crate::lance::lance_err;
 use crate::lance::lock::{Holder, WriteLock};
 use crate::lance::resume::{WriteTarget, open_existing, without_done_ids};
@@ -429,14 +429,10 @@ pub async fn commit(
     let device = executors.iter().find_map(|s| s.device.clone());
     let wall = started.elapsed().as_secs_f64();
     let mut record = RunRecord::new(&stats, rows, wall, 0.0, device);
-    record.previous_device = previous_device.filter(|p| record.device.as_ref().is_some_and(|d| d != p));
+    record.note_origin(fingerprint, previous_device);
     record.executors = executors;
     // The executors' peak (the largest of their processes'), which a memory budget is about.
     record.peak_memory_bytes = peak;
-    if let Some(origin) = fingerprint.and_then(|f| lineage::recall(&f.model_sha256, &f.lineage_sha256)) {
-        record.model_dir = Some(origin.dir.display().to_string());
-        record.lineage = origin.lineage.map(|l| l.record);
-    }
     let json = serde_json::to_string(&record).unwrap_or_default();
     let transaction = TransactionBuilder::new(read_version, operation)
         .transaction_properties(Some(Arc::new(HashMap::from([(RUN_RECORD_KEY.to_string(), json)]))))

@@ -30,9 +30,7 @@ use lance::Dataset;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
 use super::lock::{Holder, WriteLock};
-use crate::campaign::{
-    DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt, lineage,
-};
+use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::options::EmbedOptions;
@@ -344,17 +342,11 @@ impl Committer<'_> {
             .map_err(|e| self.sink.lance_err(e))?;
         let device = if stats.docs + stats.nulls > 0 { self.sink.metrics.device() } else { None };
         let mut record = RunRecord::new(&stats, rows as u64, self.since.elapsed().as_secs_f64(), 0.0, device);
-        record.previous_device = self.previous_device.take().filter(|p| record.device.as_ref().is_some_and(|d| d != p));
+        record.note_origin(self.sink.fingerprint.as_ref(), self.previous_device.take());
         record.write_seconds = started.elapsed().as_secs_f64();
         record.last_commit = last;
         record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
-        if let Some(origin) =
-            self.sink.fingerprint.as_ref().and_then(|f| lineage::recall(&f.model_sha256, &f.lineage_sha256))
-        {
-            record.model_dir = Some(origin.dir.display().to_string());
-            record.lineage = origin.lineage.map(|l| l.record);
-        }
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
         let json = serde_json::to_string(&record).unwrap_or_default();
