@@ -3,6 +3,9 @@
 use std::process::ExitCode;
 
 use embedding_pipeline::cli;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
@@ -13,11 +16,11 @@ fn main() -> ExitCode {
         Some(level) => tracing_subscriber::EnvFilter::new(level),
         None => tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| cli::QUIET_LOGS.into()),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let printed = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(filter);
+    tracing_subscriber::registry().with(printed).with(embedding_pipeline::cluster::executor_id_layer()).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -244,8 +244,8 @@ pub enum Command {
         /// Address to listen on.
         #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:50050")]
         bind: std::net::SocketAddr,
-        /// Seconds without word from an executor after which it counts as lost and its tasks run elsewhere. A busy
-        /// executor sends none (Ballista 54.1): make it longer than the longest task.
+        /// Seconds without word from an executor after which it counts as lost and its tasks run elsewhere.
+        /// Executors send word every 5 s, busy or not; 10 at least.
         #[arg(long, value_name = "SECONDS", default_value_t = 180)]
         executor_timeout: u64,
     },

@@ -19,7 +19,7 @@ use ballista_core::extension::SessionConfigExt;
 use datafusion::prelude::SessionConfig;
 
 pub use codec::{EmbedLogicalCodec, EmbedPhysicalCodec};
-pub use process::{ExecutorSettings, run_executor, run_scheduler};
+pub use process::{ExecutorSettings, executor_id_layer, run_executor, run_scheduler};
 
 use crate::options::{EmbedConfig, EmbedOptions};
 

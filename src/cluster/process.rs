@@ -3,12 +3,18 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::registry::BallistaFunctionRegistry;
+use ballista_core::serde::protobuf::executor_status::Status;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::protobuf::{ExecutorStatus, HeartBeatParams};
 use ballista_core::utils::default_session_builder;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
+use ballista_executor::executor_server::TERMINATING;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::start_server;
@@ -39,6 +45,13 @@ fn session_with_embed(config: SessionConfig, metrics: &Arc<RunMetrics>) -> dataf
 
 /// Run a scheduler listening on `bind` until the process is stopped.
 pub async fn run_scheduler(bind: SocketAddr, executor_timeout_seconds: u64) -> anyhow::Result<()> {
+    if executor_timeout_seconds < 2 * HEARTBEAT_SECONDS {
+        anyhow::bail!(
+            "--executor-timeout {executor_timeout_seconds}: executors send word every {HEARTBEAT_SECONDS} s, so a \
+             live executor would be taken for lost; give {} seconds or more",
+            2 * HEARTBEAT_SECONDS
+        );
+    }
     let metrics = Arc::new(RunMetrics::default());
     let session_metrics = Arc::clone(&metrics);
     let config = SchedulerConfig {
@@ -122,6 +135,7 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         override_physical_codec: Some(Arc::new(EmbedPhysicalCodec::new(host, metrics, Some(label)))),
         ..ExecutorProcessConfig::default()
     };
+    tokio::spawn(keep_alive(format!("http://{}:{}", config.scheduler_host, config.scheduler_port)));
     println!(
         "pipeline executor on {}, scheduler {}, device {}, {} task(s) at once",
         settings.bind,
@@ -130,6 +144,105 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         settings.concurrent_tasks
     );
     start_executor_process(Arc::new(config)).await.map_err(|e| anyhow::anyhow!("executor: {e}"))
+}
+
+/// Where Ballista logs the id it gives an executor ("Executor id: …").
+const EXECUTOR_START_LOG: &str = "ballista_executor::executor_process";
+
+/// The id Ballista gave this process's executor. Ballista 54.1 makes it inside `start_executor_process` and
+/// shows it only in its start-up log line, which [`executor_id_layer`] reads.
+static EXECUTOR_ID: OnceLock<String> = OnceLock::new();
+
+/// A tracing layer that keeps the id from Ballista's "Executor id: …" line, whatever the log filter shows; the
+/// binary installs it so that `pipeline executor` can send heartbeats under that id.
+pub fn executor_id_layer<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer;
+    ExecutorIdLayer
+        .with_filter(tracing_subscriber::filter::Targets::new().with_target(EXECUTOR_START_LOG, tracing::Level::INFO))
+}
+
+struct ExecutorIdLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ExecutorIdLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(Option<String>);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        if let Some(id) = message.0.as_deref().and_then(|m| m.strip_prefix("Executor id: ")) {
+            let _ = EXECUTOR_ID.set(id.trim().to_string());
+        }
+    }
+}
+
+/// Tell the scheduler every [`HEARTBEAT_SECONDS`] that this executor is alive, also while all its task slots are
+/// busy. Under pull scheduling Ballista 54.1's executor speaks to the scheduler only when it asks for work, which
+/// it does only with a slot free: a task longer than the scheduler's `--executor-timeout` got its executor taken
+/// for lost, and was reset and restarted for ever. Stops at a stop signal or once Ballista is terminating, so
+/// that its last word to the scheduler (terminating) stays the last.
+async fn keep_alive(scheduler_url: String) {
+    let waited = std::time::Instant::now();
+    let id = loop {
+        if let Some(id) = EXECUTOR_ID.get() {
+            break id.clone();
+        }
+        if waited.elapsed() > Duration::from_secs(30) {
+            tracing::warn!(
+                "executor: cannot tell which id Ballista gave this executor, so it sends no heartbeat while busy; \
+                 give the scheduler an --executor-timeout longer than the longest task"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stop = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    tokio::pin!(stop);
+    let period = Duration::from_secs(HEARTBEAT_SECONDS);
+    // The first beat a period on: Ballista's first ask for work registers the executor.
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut client = None;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            () = &mut stop => return,
+        }
+        if TERMINATING.load(Ordering::Acquire) {
+            return;
+        }
+        if client.is_none() {
+            client = SchedulerGrpcClient::connect(scheduler_url.clone()).await.ok();
+        }
+        let Some(scheduler) = client.as_mut() else { continue };
+        let params = HeartBeatParams {
+            executor_id: id.clone(),
+            metrics: Vec::new(),
+            status: Some(ExecutorStatus { status: Some(Status::Active(String::new())) }),
+            // Without it, an executor the scheduler has dropped is not registered again here: that is Ballista's
+            // ask for work to do, with the executor's whole description.
+            metadata: None,
+        };
+        if let Err(e) = scheduler.heart_beat_from_executor(params).await {
+            tracing::debug!("executor: heartbeat to {scheduler_url}: {e}");
+            client = None;
+        }
+    }
 }
 
 /// This host's name, as other hosts may know it.

@@ -43,6 +43,8 @@ struct Cluster {
     scheduler_port: u16,
     scheduler: Child,
     executors: Vec<(Child, PathBuf)>,
+    /// The scheduler's warnings and errors.
+    log: PathBuf,
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -61,10 +63,17 @@ impl Cluster {
             .args(["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")])
             .args(["--executor-timeout", &timeout.to_string()])
             .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("scheduler.log")).unwrap())
             .spawn()
             .unwrap();
         // In the cluster before it is waited for, so that a failed start still stops every process.
-        let mut cluster = Cluster { scheduler_port, scheduler, executors: Vec::new(), _one_at_a_time: one_at_a_time };
+        let mut cluster = Cluster {
+            scheduler_port,
+            scheduler,
+            executors: Vec::new(),
+            log: dir.join("scheduler.log"),
+            _one_at_a_time: one_at_a_time,
+        };
         wait_for_port(scheduler_port, "the scheduler", &mut cluster.scheduler);
         // The executors' working directory, against which a relative embed.model resolves on them.
         let hosts = dir.join("hosts");
@@ -108,6 +117,9 @@ impl Drop for Cluster {
         for child in self.executors.iter_mut().map(|(c, _)| c).chain(std::iter::once(&mut self.scheduler)) {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("the scheduler's log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
         }
     }
 }
@@ -185,6 +197,15 @@ fn a_query_embeds_on_two_executors_as_it_does_here() {
     assert!(there.status.success(), "{}", String::from_utf8_lossy(&there.stderr));
     assert_eq!(String::from_utf8_lossy(&there.stdout), String::from_utf8_lossy(&here.stdout));
     assert_eq!(String::from_utf8_lossy(&there.stdout), "dim,n\n384,1000\n");
+}
+
+#[test]
+fn a_scheduler_refuses_a_timeout_shorter_than_two_heartbeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let o = pipeline(&["scheduler", "--bind", &format!("127.0.0.1:{port}"), "--executor-timeout", "9"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--executor-timeout 9") && err.contains("10 seconds or more"), "{err}");
 }
 
 #[test]
@@ -421,6 +442,42 @@ fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     let report = inspect(dir, "there/docs.lance");
     assert_eq!(report["ids"]["unique"], true, "{report}");
     assert_eq!(report["rows"], 2000, "{report}");
+}
+
+#[test]
+fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // One file, so one task, on one executor, that embeds for longer than the scheduler waits for word from an
+    // executor (10 s, looked at every 15 s). A busy executor used to send none, and its task was taken from it and
+    // restarted for ever.
+    fortunes_in_parts(dir, 4000, 1);
+    write_job(dir, "there.sql", "there/docs.lance", "");
+    let cluster = Cluster::start_with(dir, 1, 10);
+    let started = Instant::now();
+    let mut client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--cluster", &cluster.url(), "there.sql"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while client.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = client.kill();
+            panic!("the job did not end within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = client.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("wrote 4000 rows"), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    eprintln!("the job took {:.0?} under a 10 s executor timeout", started.elapsed());
+    let log = std::fs::read_to_string(&cluster.log).unwrap();
+    assert!(!log.contains("heartbeat timed out") && !log.contains("Reset"), "the executor was taken for lost:\n{log}");
+    let run = &inspect(dir, "there/docs.lance")["versions"][0]["run"];
+    assert_eq!(run["executors"][0]["tasks"], 1, "{run}");
+    drop(cluster);
 }
 
 /// `pipeline run --cluster url there.sql`, once its tasks have begun writing their fragments.
