@@ -41,6 +41,9 @@ struct IdsSpec {
     column: String,
     #[serde(default)]
     schema: Vec<u8>,
+    /// The ids the dataset held when the scheduler planned (for the planner's statistics).
+    #[serde(default)]
+    rows: Option<usize>,
 }
 
 fn tagged<T: serde::Serialize>(tag: &[u8], value: &T, buf: &mut Vec<u8>) -> Result<()> {
@@ -157,7 +160,11 @@ impl LogicalExtensionCodec for EmbedLogicalCodec {
         match node.as_ref().downcast_ref::<ExistingIds>() {
             Some(ids) => {
                 let (uri, column) = ids.source();
-                tagged(IDS_TAG, &IdsSpec { uri: uri.into(), column: column.into(), schema: Vec::new() }, buf)
+                tagged(
+                    IDS_TAG,
+                    &IdsSpec { uri: uri.into(), column: column.into(), schema: Vec::new(), rows: None },
+                    buf,
+                )
             }
             None => self.inner.try_encode_table_provider(table_ref, node, buf),
         }
@@ -229,7 +236,8 @@ impl PhysicalExtensionCodec for EmbedPhysicalCodec {
         }
         if let Some(ids) = untagged::<IdsSpec>(IDS_TAG, buf) {
             let ids = ids?;
-            return Ok(Arc::new(ExistingIdsExec::new(&ids.uri, &ids.column, schema_from(&ids.schema)?)));
+            let exec = ExistingIdsExec::new(&ids.uri, &ids.column, schema_from(&ids.schema)?);
+            return Ok(Arc::new(exec.with_rows(ids.rows)));
         }
         self.inner.try_decode(buf, inputs, ctx)
     }
@@ -241,7 +249,8 @@ impl PhysicalExtensionCodec for EmbedPhysicalCodec {
         if let Some(ids) = node.as_ref().downcast_ref::<ExistingIdsExec>() {
             let (uri, column) = ids.source();
             let schema = schema_bytes(node.schema().as_ref())?;
-            return tagged(IDS_TAG, &IdsSpec { uri: uri.into(), column: column.into(), schema }, buf);
+            let spec = IdsSpec { uri: uri.into(), column: column.into(), schema, rows: ids.rows() };
+            return tagged(IDS_TAG, &spec, buf);
         }
         self.inner.try_encode(node, buf)
     }

@@ -140,6 +140,11 @@ impl UserDefinedLogicalNodeCore for ClusterWriteNode {
 
 /// The scheduler's physical planner: DataFusion's, which plans a [`ClusterWriteNode`] as a
 /// [`FragmentWriteExec`].
+///
+/// A write's joins are planned as hash joins, whatever `datafusion.optimizer.prefer_hash_join` says (Ballista
+/// sets it false, for sort-merge joins, which spill). The join that drops the done ids of a resume then sends
+/// them whole to every task when they are few (up to 1,000,000 ids, the threshold Ballista sets), and the input keeps
+/// its scan's partitions; as a sort-merge join, it shuffled the input by id into `target_partitions` tasks.
 #[derive(Debug, Default)]
 pub struct SchedulerPlanner;
 
@@ -150,9 +155,14 @@ impl QueryPlanner for SchedulerPlanner {
         logical_plan: &LogicalPlan,
         session_state: &SessionState,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(ClusterWritePlanner)])
-            .create_physical_plan(logical_plan, session_state)
-            .await
+        let planner = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(ClusterWritePlanner)]);
+        let write = matches!(logical_plan, LogicalPlan::Extension(e) if e.node.as_any().is::<ClusterWriteNode>());
+        if write && !session_state.config().options().optimizer.prefer_hash_join {
+            let mut state = session_state.clone();
+            state.config_mut().options_mut().optimizer.prefer_hash_join = true;
+            return planner.create_physical_plan(logical_plan, &state).await;
+        }
+        planner.create_physical_plan(logical_plan, session_state).await
     }
 }
 

@@ -143,7 +143,8 @@ impl TableProvider for ExistingIds {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let whole = projection.is_none_or(|p| p.as_slice() == [0]);
         if whole && limit.is_none() {
-            return Ok(Arc::new(ExistingIdsExec::new(&self.uri, &self.column, Arc::clone(&self.schema))));
+            let exec = ExistingIdsExec::new(&self.uri, &self.column, Arc::clone(&self.schema));
+            return Ok(Arc::new(exec.with_rows(rows_now(&self.uri).await)));
         }
         let ids =
             Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
@@ -158,11 +159,24 @@ impl ExistingIds {
     }
 }
 
+/// The rows the dataset at `uri` holds now, if it can be read: an estimate for the planner (the ids are read
+/// later, and a run may add some in between).
+async fn rows_now(uri: &str) -> Option<usize> {
+    let ds = open_existing(uri).await.ok()??;
+    ds.count_rows(None).await.ok()
+}
+
 /// The scan of [`ExistingIds`]: one partition of the dataset's ids. Its own node (not DataFusion's streaming
 /// table) so that a cluster's codec can carry it to the executors, which read the ids themselves.
+///
+/// It tells the planner how many ids there were at planning, so that few done ids are sent whole to every task
+/// of the join (DataFusion's thresholds: 131,072 rows here, 1,000,000 as Ballista sets it on a cluster) rather
+/// than the input being split by id: on a cluster, that shuffle cut a resume into `target_partitions` tasks of
+/// mixed lengths, with the texts through the executors' work directories.
 #[derive(Debug)]
 pub struct ExistingIdsExec {
     ids: IdStream,
+    rows: Option<usize>,
     properties: Arc<datafusion::physical_plan::PlanProperties>,
 }
 
@@ -176,7 +190,18 @@ impl ExistingIdsExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Self { ids: IdStream { uri: uri.to_string(), column: column.to_string(), schema }, properties }
+        Self { ids: IdStream { uri: uri.to_string(), column: column.to_string(), schema }, rows: None, properties }
+    }
+
+    /// With the number of ids the dataset held at planning (none: not known).
+    pub fn with_rows(mut self, rows: Option<usize>) -> Self {
+        self.rows = rows;
+        self
+    }
+
+    /// The number of ids the dataset held at planning, if known.
+    pub fn rows(&self) -> Option<usize> {
+        self.rows
     }
 
     /// The dataset and id column it reads.
@@ -214,6 +239,16 @@ impl ExecutionPlan for ExistingIdsExec {
 
     fn execute(&self, _partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         Ok(self.ids.execute(context))
+    }
+
+    fn partition_statistics(&self, _partition: Option<usize>) -> Result<Arc<datafusion::common::Statistics>> {
+        use datafusion::common::stats::Precision;
+        let mut stats = datafusion::common::Statistics::new_unknown(&self.ids.schema);
+        // Inexact: a run may add ids between planning and the read. None when there is no dataset yet.
+        if let Some(rows) = self.rows.filter(|&n| n > 0) {
+            stats.num_rows = Precision::Inexact(rows);
+        }
+        Ok(Arc::new(stats))
     }
 }
 

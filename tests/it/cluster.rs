@@ -395,6 +395,12 @@ fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
         &pipeline(&["compare", "here/docs.lance", "half/docs.lance", "--json"], dir),
         2000,
     );
+    // The planner knows how many ids are done, so it sends them whole to every task rather than shuffling the
+    // input by id into target_partitions tasks: a task per file, as in a fresh write.
+    let report = inspect(dir, "half/docs.lance");
+    let run = &report["versions"].as_array().unwrap().last().unwrap()["run"];
+    let tasks: u64 = run["executors"].as_array().unwrap().iter().map(|s| s["tasks"].as_u64().unwrap()).sum();
+    assert_eq!(tasks, 4, "{run}");
     drop(cluster);
 }
 
