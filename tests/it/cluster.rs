@@ -414,20 +414,11 @@ fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     let mut cluster = Cluster::start_with(dir, 2, 15);
     let url = cluster.url();
     // Kill an executor once the tasks have begun writing their fragments.
-    let mut client = writing_there(dir, &url);
+    let client = writing_there(dir, &url);
     let (killed, _) = &mut cluster.executors[0];
     killed.kill().unwrap();
     killed.wait().unwrap();
-    // Bounded: a job that hangs is a failure of its own, not a stalled test run.
-    let started = Instant::now();
-    while client.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(300) {
-            let _ = client.kill();
-            panic!("the job neither completed nor failed within 300 s of an executor's loss");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let first = client.wait_with_output().unwrap();
+    let first = ended(client, "the job neither completed nor failed within 300 s of an executor's loss");
     let outcome = if first.status.success() { "completed on the other executor" } else { "failed" };
     eprintln!(
         "with an executor killed, the job {outcome}:\n{}{}",
@@ -461,21 +452,7 @@ fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
     write_job(dir, "there.sql", "there/docs.lance", "");
     let cluster = Cluster::start_with(dir, 1, 10);
     let started = Instant::now();
-    let mut client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "--cluster", &cluster.url(), "there.sql"])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    while client.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(300) {
-            let _ = client.kill();
-            panic!("the job did not end within 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let o = client.wait_with_output().unwrap();
+    let o = ended(running_there(dir, &cluster.url()), "the job did not end within 300 s");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("wrote 4000 rows"), "{out}{}", String::from_utf8_lossy(&o.stderr));
     eprintln!("the job took {:.0?} under a 10 s executor timeout", started.elapsed());
@@ -486,15 +463,34 @@ fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
     drop(cluster);
 }
 
-/// `pipeline run --cluster url there.sql`, once its tasks have begun writing their fragments.
-fn writing_there(dir: &Path, url: &str) -> Child {
-    let client = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+/// `pipeline run --cluster url there.sql`, started.
+fn running_there(dir: &Path, url: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_pipeline"))
         .args(["run", "--cluster", url, "there.sql"])
         .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// What `client` printed, once it ended; bounded at 300 s, as a job that hangs is a failure of its own, not a
+/// stalled test run (`hung` says which).
+fn ended(mut client: Child, hung: &str) -> Output {
+    let started = Instant::now();
+    while client.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = client.kill();
+            panic!("{hung}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    client.wait_with_output().unwrap()
+}
+
+/// `pipeline run --cluster url there.sql`, once its tasks have begun writing their fragments.
+fn writing_there(dir: &Path, url: &str) -> Child {
+    let client = running_there(dir, url);
     let data = dir.join("there/docs.lance/data");
     let started = Instant::now();
     while std::fs::read_dir(&data).map_or(true, |d| d.count() == 0) {
