@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | cluster
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | cluster | resume
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -446,6 +446,80 @@ print("cores, not scaling across GPUs or hosts, which was not measured here.")
 print(f"Each task orders only its own share by length (here {n // parts:,} rows of {n:,}), so padding efficiency is lower than a")
 print("local run's, which orders the whole input; with shares past the 65,536-row ordering window the two orderings are")
 print("alike.\n")
+PY
+}
+
+# A resume of the whole corpus with DONE ids already in the output, and a plain job, each run by this build and by
+# BENCH_BASELINE (another build's pipeline binary, e.g. the commit before a change to the write path), alternated.
+# The done rows are written by a script (ids of the corpus, random unit vectors, the campaign's fingerprint), so
+# the resume embeds only the rest. Needs EMBED_PIPELINE_TEST_PYTHON (pylance), as the tests do.
+section_resume() {
+  local done="${BENCH_RESUME_DONE:-50000}" plain=2000
+  local base="${BENCH_BASELINE:?set BENCH_BASELINE to the pipeline binary of the baseline build}"
+  local py="${EMBED_PIPELINE_TEST_PYTHON:-$(scripts/setup --test-tools --print)}"
+  corpus 1000000 1 "$WORK/r.jsonl"
+  corpus $plain 1 "$WORK/p.jsonl"
+  job "$WORK/seed.sql" "$WORK/p.jsonl" "$WORK/seed.lance"
+  head -n 8 "$WORK/p.jsonl" > "$WORK/p8.jsonl"
+  sed -i "s#$WORK/p.jsonl#$WORK/p8.jsonl#" "$WORK/seed.sql"
+  "$PIPELINE" run --quiet "$WORK/seed.sql" > /dev/null
+  local walls=()
+  for round in 1 2; do
+    for who in new base; do
+      local bin="$PIPELINE"; [ "$who" = base ] && bin="$base"
+      "$py" - "$WORK/seed.lance" "$WORK/r.jsonl" "$done" "$WORK/r-$who.lance" <<'PY'
+import json, sys
+import lance, numpy as np, pyarrow as pa
+seed, corpus, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+schema = lance.dataset(seed).schema
+ids = []
+with open(corpus) as f:
+    for line in f:
+        ids.append(json.loads(line)["id"])
+        if len(ids) == n:
+            break
+dim = schema.field("embedding").type.list_size
+v = np.random.default_rng(7).standard_normal((n, dim)).astype(np.float32)
+v /= np.linalg.norm(v, axis=1, keepdims=True)
+emb = pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), dim).cast(schema.field("embedding").type)
+columns = [pa.array(ids).cast(schema.field("id").type), emb]
+lance.write_dataset(pa.table(columns, schema=schema), out, mode="overwrite")
+PY
+      job "$WORK/r-$who.sql" "$WORK/r.jsonl" "$WORK/r-$who.lance"
+      /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" run "$WORK/r-$who.sql" > /dev/null 2> "$WORK/r-$who-$round.err"
+      walls+=("$who $round resume $(cat "$WORK/time") $(grep -o 'first model call at [0-9.]*' "$WORK/r-$who-$round.err" | grep -o '[0-9.]*$')")
+      rm -rf "$WORK/r-$who.lance"
+      job "$WORK/p-$who.sql" "$WORK/p.jsonl" "$WORK/p-$who.lance"
+      /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" run "$WORK/p-$who.sql" > /dev/null 2> "$WORK/p-$who-$round.err"
+      walls+=("$who $round plain $(cat "$WORK/time") $(grep -o 'first model call at [0-9.]*' "$WORK/p-$who-$round.err" | grep -o '[0-9.]*$')")
+      rm -rf "$WORK/p-$who.lance"
+    done
+  done
+  local total
+  total=$(wc -l < "$WORK/r.jsonl")
+  printf '%s\n' "${walls[@]}" | python3 - "$total" "$done" "$plain" "$(basename "$base")" > "$RESULTS_DIR/resume.md" <<'PY'
+import sys
+total, done, plain, base = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rows = [l.split() for l in sys.stdin.read().splitlines()]
+def runs(who, kind):
+    return [(float(r[3]), float(r[5]) if len(r) > 5 else float("nan")) for r in rows if r[0] == who and r[2] == kind]
+print("## Resume: the write path's id checks and done-id joins against the build before them\n")
+print(f"All {total:,} documents of debian_desc_en with {done:,} of their ids already in the output (written by a script:")
+print("the corpus's ids, random unit vectors, the campaign's fingerprint), so the resume embeds the rest; and a plain job")
+print(f"of the first {plain:,} documents into a new output. Default settings; each run by this build and by the baseline")
+print(f"build (`{base}`), alternated, twice. Wall time is `/usr/bin/time`'s; the first model call is the run summary's,")
+print("from the start of the job's statements: what the run spends on its checks, counts and ordering before embedding.\n")
+print("| job | build | wall s (two runs) | first model call s (two runs) |")
+print("|---|---|---|---|")
+for kind in ("resume", "plain"):
+    for who, name in (("base", "baseline"), ("new", "this build")):
+        r = runs(who, kind)
+        print(f"| {kind} | {name} | {' / '.join(f'{w:.1f}' for w, _ in r)} | {' / '.join(f'{f:.1f}' for _, f in r)} |")
+print()
+for kind in ("resume", "plain"):
+    new, old = min(w for w, _ in runs("new", kind)), min(w for w, _ in runs("base", kind))
+    print(f"**{kind}: this build / baseline = {new / old:.3f}** in wall time (faster of two runs each; target: within noise).")
+print()
 PY
 }
 

@@ -42,6 +42,11 @@ pub enum Error {
     )]
     TooLong { row: usize, tokens: usize, max_tokens: usize },
 
+    /// A text has nothing to embed, and blank texts are refused. `row` is its position in the call; the caller
+    /// names the row.
+    #[error("the text at row {row} is blank (empty, or only whitespace or zero-width characters)")]
+    BlankText { row: usize },
+
     /// An `embed.*` option has a value we cannot use.
     #[error("option embed.{key} = '{value}': {message}")]
     Option { key: String, value: String, message: String },
@@ -64,6 +69,24 @@ pub enum Error {
     /// Another command holds the dataset's write lock.
     #[error("another {holder} is writing to {uri} (it holds {lock}); {advice}")]
     Busy { uri: String, holder: String, lock: String, advice: String },
+
+    /// A write into a dataset that holds rows, whose query picks its rows after `embed()` (a LIMIT over it, an
+    /// aggregate, a window): its done ids could be dropped only after being embedded again.
+    #[error(
+        "cannot resume the write into {uri}, which holds {rows} rows: {why}, so the rows already written could be \
+         left out only after embedding them again; nothing was embedded. Call embed() in the outermost SELECT (for \
+         example SELECT id, embed(text) AS embedding FROM (SELECT … LIMIT n)), write to a new output, or SET \
+         embed.restart = true to replace its rows"
+    )]
+    ResumeShape { uri: String, rows: u64, why: String },
+
+    /// A write's output path cannot be written as asked.
+    #[error("output {path}: {message}")]
+    Output { path: String, message: String },
+
+    /// The ids of a write's output are NULL or repeated.
+    #[error("{0}")]
+    Ids(String),
 
     /// A cluster (`--cluster df://…`) cannot be used as given.
     #[error("{0}")]

@@ -49,6 +49,8 @@ pub struct RunMetrics {
     first_call: std::sync::OnceLock<std::time::Instant>,
     /// The plans the writes now running execute, by output URI.
     plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
+    /// The rows left to write of each write whose ids were checked when planned, by output URI.
+    ids_checked: Mutex<std::collections::HashMap<String, u64>>,
     /// When kept (a trial): the moment each embedded batch was sent on, and the useful tokens sent so far.
     timeline: Mutex<Option<Vec<(std::time::Instant, u64)>>>,
 }
@@ -147,6 +149,17 @@ impl RunMetrics {
     /// Writes into `uri` read their query's input again.
     pub fn forget_plan(&self, uri: &str) {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).remove(uri);
+    }
+
+    /// Note that the ids of a write into `uri` were checked when it was planned: `rows` are left to write.
+    pub fn note_ids_checked(&self, uri: &str, rows: u64) {
+        self.ids_checked.lock().unwrap_or_else(|e| e.into_inner()).insert(uri.to_string(), rows);
+    }
+
+    /// The rows the last write planned into `uri` had left to write, taken (so a later write's is not mistaken
+    /// for it); `None` when none was planned since.
+    pub fn take_ids_checked(&self, uri: &str) -> Option<u64> {
+        self.ids_checked.lock().unwrap_or_else(|e| e.into_inner()).remove(uri)
     }
 
     /// Note a write made by DataFusion's own writer (not a Lance sink).

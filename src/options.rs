@@ -42,6 +42,14 @@ extensions_options! {
         /// Start the output over: embed every row and make the first commit replace the dataset's rows
         /// (a new version; the older versions stay readable). Set by `pipeline run --restart`.
         pub restart: bool, default = false
+        /// What a blank text (empty, or only whitespace or zero-width characters) gets: 'embed' gives it the
+        /// vector of no text (one and the same for all; the run counts them and warns), 'error' fails the query
+        /// and names the row.
+        pub blank_texts: String, default = "embed".to_string()
+        /// Let a COPY into a file format (Parquet, CSV, JSON, Arrow) replace an existing file, or write into a
+        /// folder that holds files; off, such a COPY is refused before it runs. (Lance outputs are appended to,
+        /// never replaced: see `restart`.)
+        pub overwrite: bool, default = false
         /// Pooling override: 'mean', 'cls' or 'max'. Empty uses the model's 1_Pooling/config.json.
         pub pooling: String, default = String::new()
         /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.
@@ -134,13 +142,23 @@ fn is_bool(entry: &ConfigEntry) -> bool {
 }
 
 /// What a key's values look like, from its default.
+/// What a key takes, for a value that is not even of its type (`SET embed.batch_tokens = -1`): the same range
+/// [`EmbedOptions::check`] holds a value of the right type to.
 fn expected(default: &ConfigEntry) -> &'static str {
+    let key = default.key.as_str();
     match default.value.as_deref() {
         _ if is_bool(default) => "use 'true' or 'false'",
+        _ if POSITIVE.contains(&key) => "use a whole number, 1 or more",
+        _ if key == "max_tokens" => "use 0 (the model's max_seq_length) or a whole number of at least 2",
+        _ if key == "sessions_per_device" => "use 0 (automatic) or 1 to 16",
         Some(v) if v.parse::<u64>().is_ok() => "use a whole number, 0 or more",
         _ => "not a usable value",
     }
 }
+
+/// The whole-number keys that must be at least 1.
+const POSITIVE: [&str; 6] =
+    ["commit_rows", "commit_seconds", "commit_bytes", "order_memory", "batch_tokens", "max_batch_rows"];
 
 /// 'on', 'yes', '1' (any case) as 'true'; 'off', 'no', '0' as 'false'; anything else as it is.
 fn spell_bool(value: &str) -> String {
@@ -185,13 +203,15 @@ impl EmbedOptions {
 
     /// Refuse an unusable value of `key` (without the `embed.` prefix), as `SET` does.
     pub fn check(&self, key: &str) -> Result<()> {
-        let positive = |v: u64| if v == 0 { Err(bad(key, v, "must be at least 1")) } else { Ok(()) };
+        let positive = |v: u64| if v == 0 { Err(bad(key, v, "use a whole number, 1 or more")) } else { Ok(()) };
         match key {
             "model" if self.model.trim().is_empty() => Err(bad(key, &self.model, "name a model directory")),
             "id_column" if self.id_column.is_empty() => Err(bad(key, "", "name the id column")),
-            "max_tokens" if self.max_tokens == 1 => {
-                Err(bad(key, 1, "must be 0 (the model's max_seq_length) or at least 2 (room for the special tokens)"))
-            }
+            "max_tokens" if self.max_tokens == 1 => Err(bad(
+                key,
+                1,
+                "use 0 (the model's max_seq_length) or a whole number of at least 2 (room for the special tokens)",
+            )),
             "truncation" => TruncationSide::parse(&self.truncation)
                 .map(|_| ())
                 .ok_or_else(|| bad(key, &self.truncation, "use 'right', 'left' or 'error'")),
@@ -200,6 +220,7 @@ impl EmbedOptions {
                 .ok_or_else(|| bad(key, &self.pooling, "use 'mean', 'cls' or 'max', or '' for the model's own")),
             "normalize" => self.normalize_override().map(|_| ()),
             "precision" => self.vector_dtype().map(|_| ()),
+            "blank_texts" => self.refuse_blank().map(|_| ()),
             "order" => self.resolved_order().map(|_| ()),
             "commit_rows" => positive(self.commit_rows as u64),
             "commit_seconds" => positive(self.commit_seconds),
@@ -313,7 +334,17 @@ impl EmbedOptions {
             max_batch_rows: self.max_batch_rows,
             prefix: self.prefix.clone(),
             truncate_dim: self.truncate_dim,
+            refuse_blank: self.refuse_blank()?,
         })
+    }
+
+    /// Whether `embed.blank_texts` refuses blank texts.
+    fn refuse_blank(&self) -> Result<bool> {
+        match self.blank_texts.to_ascii_lowercase().as_str() {
+            "embed" => Ok(false),
+            "error" => Ok(true),
+            _ => Err(bad("blank_texts", &self.blank_texts, "use 'embed' or 'error'")),
+        }
     }
 
     /// The vectors' element type, from `embed.precision`.

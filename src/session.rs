@@ -8,6 +8,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use crate::lance::guard::CheckedPlanner;
 use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
@@ -40,6 +41,7 @@ impl EmbedSession {
         let metrics = Arc::new(RunMetrics::default());
         let mut state = reading_state(&options, &metrics)?
             .with_physical_optimizer_rule(Arc::new(EmbedWriteRule::new(Arc::clone(&metrics))))
+            .with_query_planner(Arc::new(CheckedPlanner::new(Arc::clone(&metrics))))
             .build();
         state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
         let ctx = SessionContext::new_with_state(state);

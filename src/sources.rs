@@ -25,7 +25,12 @@ impl TableProviderFactory for JsonTableFactory {
     async fn create(&self, state: &dyn Session, cmd: &CreateExternalTable) -> Result<Arc<dyn TableProvider>> {
         let mut cmd = cmd.clone();
         let asked = ["format.file_extension", "file_extension"].iter().filter_map(|k| cmd.options.remove(*k)).next();
-        let folder = cmd.location.ends_with('/') && !cmd.location.contains("://");
+        let local = !cmd.location.contains("://") || cmd.location.starts_with("file://");
+        // A folder named without its slash is read as one with it (DataFusion would read only its `.json` files).
+        if local && !cmd.location.ends_with('/') && is_folder(&cmd.location) {
+            cmd.location.push('/');
+        }
+        let folder = cmd.location.ends_with('/') && local;
         if folder && !cmd.location.contains(['*', '?', '[']) {
             let ext = match asked {
                 Some(ext) => ext.trim_start_matches('.').to_string(),
@@ -35,6 +40,10 @@ impl TableProviderFactory for JsonTableFactory {
         }
         self.0.create(state, &cmd).await
     }
+}
+
+fn is_folder(location: &str) -> bool {
+    std::path::Path::new(location.strip_prefix("file://").unwrap_or(location)).is_dir()
 }
 
 /// The one JSON lines extension a local folder's files have (`json` when it has none of them).

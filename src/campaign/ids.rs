@@ -2,13 +2,13 @@
 //! unique. The check runs the campaign's own input plan projected to the id column, so DataFusion
 //! prunes the `embed()` call and only scans ids.
 
-use datafusion::arrow::array::AsArray;
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::Result;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SessionState;
-use datafusion::functions_aggregate::expr_fn::count;
-use datafusion::logical_expr::{LogicalPlan, ident, lit};
+use datafusion::functions_aggregate::expr_fn::{count, sum};
+use datafusion::logical_expr::{LogicalPlan, ident, lit, when};
 
 /// How many example ids an error lists.
 const EXAMPLES: usize = 5;
@@ -51,38 +51,56 @@ impl IdCheck {
     }
 }
 
-/// Check the ids of `input`, the plan whose rows a campaign writes.
-pub async fn check_ids(state: &SessionState, input: &LogicalPlan, column: &str) -> Result<IdCheck> {
+/// Refuse a write whose output has no id column.
+pub fn require_id_column(input: &LogicalPlan, column: &str) -> Result<()> {
     if input.schema().columns().iter().all(|c| c.name != column) {
         return datafusion::common::plan_err!(
             "the output has no id column `{column}`; select one (SELECT {column}, embed(text) …), or SET embed.id_column"
         );
     }
-    let ids = DataFrame::new(state.clone(), input.clone()).select(vec![ident(column)])?;
-    let totals = ids
+    Ok(())
+}
+
+/// Check the ids of `input`, the plan whose rows a campaign writes, in one pass over them: the ids are
+/// grouped (a grouped aggregation, which can spill to disk), and the groups counted.
+pub async fn check_ids(state: &SessionState, input: &LogicalPlan, column: &str) -> Result<IdCheck> {
+    require_id_column(input, column)?;
+    let ids = DataFrame::new(state.clone(), input.clone()).select(vec![ident(column).alias("id")])?;
+    let groups = ids.aggregate(vec![ident("id")], vec![count(lit(1)).alias("n")])?;
+    let totals = groups
         .clone()
-        .aggregate(vec![], vec![count(lit(1)).alias("rows"), count(ident(column)).alias("ids")])?
+        .aggregate(
+            vec![],
+            vec![
+                sum(ident("n")).alias("rows"),
+                sum(when(ident("id").is_null(), ident("n")).otherwise(lit(0i64))?).alias("nulls"),
+                sum(when(ident("id").is_not_null().and(ident("n").gt(lit(1i64))), lit(1i64)).otherwise(lit(0i64))?)
+                    .alias("duplicated"),
+            ],
+        )?
         .collect()
         .await?;
-    let get = |i: usize| totals[0].column(i).as_primitive::<Int64Type>().value(0) as u64;
-    let (rows, non_null) = (get(0), get(1));
-    // GROUP BY rather than count(DISTINCT): the grouped aggregation can spill to disk.
-    let dup_plan = ids
-        .filter(ident(column).is_not_null())?
-        .aggregate(vec![ident(column)], vec![count(lit(1)).alias("n")])?
-        .filter(ident("n").gt(lit(1i64)))?;
-    let dup_count = dup_plan.clone().count().await? as u64;
-    let examples = if dup_count == 0 {
+    let get = |i: usize| {
+        totals.first().map_or(0, |b| {
+            let c = b.column(i).as_primitive::<Int64Type>();
+            if c.is_null(0) { 0 } else { c.value(0) as u64 }
+        })
+    };
+    let (rows, nulls, duplicated) = (get(0), get(1), get(2));
+    let examples = if duplicated == 0 {
         Vec::new()
     } else {
-        let batches = dup_plan.limit(0, Some(EXAMPLES))?.collect().await?;
-        batches
-            .iter()
-            .flat_map(|b| {
-                let c = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8).expect("ids cast to text");
-                c.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()).collect::<Vec<_>>()
-            })
+        let batches = groups
+            .filter(ident("id").is_not_null().and(ident("n").gt(lit(1i64))))?
+            .limit(0, Some(EXAMPLES))?
             .collect()
+            .await?;
+        let mut found = Vec::new();
+        for b in &batches {
+            let c = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)?;
+            found.extend(c.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()));
+        }
+        found
     };
-    Ok(IdCheck { rows, nulls: rows - non_null, duplicated: dup_count, duplicate_examples: examples })
+    Ok(IdCheck { rows, nulls, duplicated, duplicate_examples: examples })
 }

@@ -19,6 +19,10 @@ pub struct RunRecord {
     pub documents: u64,
     /// NULL texts, which were given NULL vectors.
     pub null_texts: u64,
+    /// Blank texts among the documents (empty, or only whitespace or zero-width characters), which got one and
+    /// the same vector.
+    #[serde(default)]
+    pub blank_texts: u64,
     /// Real tokens fed to the model (attention-mask sum).
     pub useful_tokens: u64,
     /// Tokens the model processed, padding included (rows x padded length, summed over calls).
@@ -83,6 +87,7 @@ impl RunRecord {
             rows_written,
             documents: stats.docs,
             null_texts: stats.nulls,
+            blank_texts: stats.blank,
             useful_tokens: stats.useful_tokens,
             processed_tokens: stats.processed_tokens,
             padding_efficiency: ratio(stats.useful_tokens, stats.processed_tokens as f64),
@@ -122,6 +127,7 @@ impl RunRecord {
         EmbedStats {
             docs: self.documents,
             nulls: self.null_texts,
+            blank: self.blank_texts,
             useful_tokens: self.useful_tokens,
             processed_tokens: self.processed_tokens,
             truncated_docs: self.truncated_documents,

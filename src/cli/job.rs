@@ -23,7 +23,8 @@ pub async fn prepare(file: &Path, table: Option<&str>) -> anyhow::Result<(EmbedS
 
 /// Run the job's SET and CREATE statements in `session`; return its first non-Lance external table.
 pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Option<String>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read job file {}", file.display()))?;
+    let opened = std::fs::File::open(file).with_context(|| format!("cannot read job file {}", file.display()))?;
+    let text = crate::script::read_job(opened, &file.display().to_string()).map_err(|e| anyhow!(e))?;
     let ctx = session.context();
     let mut first_table = None;
     let statements = split_statements(&text).map_err(|e| anyhow!("{}: {e}", file.display()))?;
@@ -33,11 +34,15 @@ pub async fn run_setup(session: &EmbedSession, file: &Path) -> anyhow::Result<Op
         if !["SET", "RESET", "CREATE", "DROP"].contains(&first_word.as_str()) {
             continue;
         }
-        let plan = ctx
-            .state()
-            .create_logical_plan(&stmt.positioned_sql())
-            .await
-            .map_err(|e| anyhow!("{}: statement {} (line {}): {e}", file.display(), stmt.index, stmt.line))?;
+        let plan = ctx.state().create_logical_plan(&stmt.sql).await.map_err(|e| {
+            anyhow!(
+                "{}: statement {} (line {}): {}",
+                file.display(),
+                stmt.index,
+                stmt.line,
+                stmt.relocate(&e.to_string())
+            )
+        })?;
         match &plan {
             LogicalPlan::Ddl(ddl) => {
                 if let DdlStatement::CreateExternalTable(c) = ddl {

@@ -3,7 +3,6 @@
 //! `--var NAME=value`, so that one job file serves several corpora; and `--set key=value` options.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
@@ -46,17 +45,19 @@ pub fn read_statements(
     let (mut commands, mut stdin_read) = (0, false);
     for input in inputs {
         let (source, text) = match input {
-            Input::File(path) => (
-                path.display().to_string(),
-                std::fs::read_to_string(path).with_context(|| format!("cannot read job file {}", path.display()))?,
-            ),
+            Input::File(path) => {
+                let file =
+                    std::fs::File::open(path).with_context(|| format!("cannot read job file {}", path.display()))?;
+                let source = path.display().to_string();
+                let text = crate::script::read_job(file, &source).map_err(|e| anyhow!(e))?;
+                (source, text)
+            }
             Input::Stdin => {
                 if stdin_read {
                     bail!("`-` is given twice; standard input holds one job");
                 }
                 stdin_read = true;
-                let mut text = String::new();
-                std::io::stdin().read_to_string(&mut text).context("cannot read the job from standard input")?;
+                let text = crate::script::read_job(std::io::stdin(), "<stdin>").map_err(|e| anyhow!(e))?;
                 ("<stdin>".to_string(), text)
             }
             Input::Command(sql) => {

@@ -21,7 +21,6 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use futures::StreamExt;
 
-use crate::campaign::ids::check_ids;
 use crate::campaign::plan::{
     HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN,
     UnitCutter, WORK_LIST_FILE,
@@ -125,8 +124,7 @@ impl<'a> JobWrites<'a> {
             if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
                 continue;
             }
-            let plan =
-                ctx.state().create_logical_plan(&stmt.positioned_sql()).await.map_err(|e| self.fail(stmt, &e))?;
+            let plan = ctx.state().create_logical_plan(&stmt.sql).await.map_err(|e| self.fail(stmt, &e))?;
             if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan {
                 if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)).await {
                     // An output the job reads back after writing it: it does not exist before the run.
@@ -147,7 +145,7 @@ impl<'a> JobWrites<'a> {
 
     /// An error of `stmt`, placed as `pipeline run` places it (a JSON error with its file's bad line).
     pub fn fail(&self, stmt: &Statement, e: &dyn std::fmt::Display) -> anyhow::Error {
-        let e = super::plain(&format!("{e:#}"));
+        let e = super::plain(&stmt.relocate(&format!("{e:#}")));
         anyhow!("{}: {e}", position(self.file, stmt.index, stmt.line, &self.json_sources, &e))
     }
 }
@@ -159,7 +157,7 @@ fn position(file: &Path, index: usize, line: usize, json_sources: &[String], err
         .iter()
         .rev()
         .filter(|_| error.contains("Json error"))
-        .find_map(|l| super::json_lines::first_bad_line(l))
+        .find_map(|l| super::json_lines::first_bad_line(l, error))
         .map(|(f, line, why)| format!(" ({} line {line}: {why})", f.display()))
         .unwrap_or_default();
     format!("{}: statement {index} (line {line}){located}", file.display())
@@ -208,10 +206,14 @@ pub async fn make_plan(
         bail!("a plan is kept beside its output, and {} is not on this machine's disk", target.uri);
     }
     let column = &options.id_column;
-    let check = check_ids(&state, &target.input, column).await?;
-    if let Some(problem) = check.problem(column) {
-        bail!(problem);
+    if let Some(why) = crate::lance::resume::unplannable(&target.input, column)? {
+        bail!(
+            "the write into {} cannot be planned: {why}. Run it without a plan (pipeline run --no-plan), or write \
+             each embed() to its own output",
+            target.uri
+        );
     }
+    // The write's planning (counting_input, below) refuses NULL and repeated ids, as a run's does.
     let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?
         .ok_or_else(|| anyhow!("the write into {} has no embed() column: there is nothing to plan", target.uri))?;
     let sources = snapshot_sources(&target.input).await?;
@@ -229,6 +231,7 @@ pub async fn make_plan(
     let (settings, _) = crate::campaign::Fingerprint::for_options(&options)?;
     let dir = dir.to_path_buf();
     let staging = PathBuf::from(format!("{}.tmp-{}", dir.display(), std::process::id()));
+    refuse_other_folder(&dir)?;
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging).with_context(|| format!("cannot create {}", staging.display()))?;
     // A plan refused half-way (or stopped) leaves nothing behind.
@@ -337,6 +340,23 @@ pub async fn counting_input(
         Ok(TreeNodeRecursion::Continue)
     })?;
     found.ok_or_else(|| anyhow!("the write into {} has no embed(text) to order", target.uri))
+}
+
+/// Refuse to replace `dir` unless it holds a plan, or nothing: a folder of someone else's files that happens to
+/// have the plan's name is never deleted.
+fn refuse_other_folder(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() || dir.join(PLAN_FILE).is_file() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
+    if !empty {
+        bail!(
+            "{} exists and holds no plan ({PLAN_FILE}), so it is not replaced by one (a plan is kept in \
+             <output>.plan/ beside its output); move that folder away, or write to another output",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Removes a directory when dropped, if it is still there.

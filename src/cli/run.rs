@@ -14,7 +14,6 @@ use futures::StreamExt;
 
 use super::display::{ResultStyle, ResultWriter};
 use super::job_input::JobStatement;
-use crate::campaign::ids::check_ids;
 use crate::campaign::interrupt;
 use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
 use crate::lance::resume::{ExistingIds, WriteTarget, count_done, open_existing, write_target};
@@ -126,11 +125,11 @@ pub(crate) async fn run_labelled(
 ) -> anyhow::Result<()> {
     let JobStatement { source, stmt } = s;
     run_statement(session, stmt, settings.quiet, &settings.plans, settings.style, json_sources).await.map_err(|e| {
-        let chain = super::error_chain(&e);
+        let chain = stmt.relocate(&super::error_chain(&e));
         // Arrow's JSON errors say what, not where: find the line.
         let located = chain
             .contains("Json error")
-            .then(|| json_sources.iter().rev().find_map(|l| super::json_lines::first_bad_line(l)))
+            .then(|| json_sources.iter().rev().find_map(|l| super::json_lines::first_bad_line(l, &chain)))
             .flatten()
             .map(|(f, line, why)| format!("\n  {} line {line}: {why}", f.display()))
             .unwrap_or_default();
@@ -194,7 +193,7 @@ async fn run_statement(
     let writes_before = session.metrics().writes().len();
     let ctx = session.context();
     // Plan first to learn what kind of statement this is; DDL and SET run as they are executed.
-    let plan = ctx.state().create_logical_plan(&stmt.positioned_sql()).await?;
+    let plan = ctx.state().create_logical_plan(&stmt.sql).await?;
     let is_ddl = matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
     if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan
         && c.file_type.eq_ignore_ascii_case("json")
@@ -259,7 +258,7 @@ async fn run_statement(
     }
     let mut todo = None;
     if let Some(target) = &lance_target {
-        todo = Some(prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), quiet).await?);
+        todo = prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), quiet).await?;
     }
     if session.cluster().is_some()
         && let Some(target) = &lance_target
@@ -271,7 +270,13 @@ async fn run_statement(
     if is_ddl {
         return Ok(());
     }
+    // Planning a write into Lance checks its ids (crate::lance::guard), and says how many rows it has left.
     let mut stream = df.execute_stream().await?;
+    if let Some(target) = &lance_target
+        && let Some(rows) = session.metrics().take_ids_checked(&target.uri)
+    {
+        todo = todo.or(Some(Todo { rows, tokens: None }));
+    }
     if let Some(target) = file_target {
         let mut rows = 0u64;
         while let Some(batch) = stream.next().await {
@@ -402,64 +407,61 @@ fn report_write(
     Ok(())
 }
 
-/// Before a campaign writes into Lance: refuse bad ids before anything is embedded, and say how much of
-/// the input an existing output already holds (the write itself skips those rows). A write that executes
-/// a plan takes its ids and rows from the plan, whose checks ran on this very corpus.
-/// Returns how many rows, and, from a plan, how many useful tokens, are left to embed.
+/// Before a campaign writes into Lance, and before its write is planned: refuse an output another command holds
+/// or one made under another fingerprint, and say how much of the input an existing output already holds (the
+/// write itself skips those rows; its planning refuses NULL and repeated ids in the rest). A write that executes
+/// a plan takes its rows from the plan, whose checks ran on this very corpus.
+/// Returns how many rows, and, from a plan, how many useful tokens, are left to embed, when known before the
+/// write is planned.
 async fn prepare_write(
     session: &EmbedSession,
     target: &WriteTarget,
     plan: Option<&PlanInUse>,
     quiet: bool,
-) -> anyhow::Result<Todo> {
-    // On a cluster too, the client checks the ids itself, before any task runs.
+) -> anyhow::Result<Option<Todo>> {
     let state = session.local_state();
     let options = EmbedOptions::from_config(state.config_options());
     let column = &options.id_column;
-    let rows = match plan {
-        Some(p) => p.plan.totals.rows,
+    let existing = if options.restart { None } else { open_existing(&target.uri).await? };
+    let Some(ds) = existing else {
+        return Ok(plan.map(|p| Todo { rows: p.plan.totals.rows, tokens: Some(p.plan.totals.useful_tokens) }));
+    };
+    // Refused now if another command holds the output, rather than after a resume count that would read as
+    // if this run were going on. (The write takes the lock itself when it is planned; this only asks.)
+    crate::lance::lock::WriteLock::acquire(&target.uri, crate::lance::lock::Holder::Run)?;
+    // Refused here, before the resume count, which would read as if the run were going on.
+    let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;
+    let (rows, done, done_tokens) = match plan {
+        Some(p) => {
+            let (done, tokens) = done_in_work_list(session, p, &target.uri, column).await?;
+            (p.plan.totals.rows, done, tokens)
+        }
         None => {
-            let check = check_ids(&state, &target.input, column).await?;
-            if let Some(problem) = check.problem(column) {
-                return Err(anyhow!(problem));
-            }
-            check.rows
+            let (rows, done) = count_done(&state, target, column).await?;
+            (rows, done, 0)
         }
     };
-    let (mut done, mut done_tokens) = (0, 0);
-    let existing = if options.restart { None } else { open_existing(&target.uri).await? };
-    if let Some(ds) = existing {
-        // Refused now if another command holds the output, rather than after a resume count that would read as
-        // if this run were going on. (The write takes the lock itself when it is planned; this only asks.)
-        crate::lance::lock::WriteLock::acquire(&target.uri, crate::lance::lock::Holder::Run)?;
-        // Refused here, before the resume count, which would read as if the run were going on.
-        let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
-        check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;
-        (done, done_tokens) = match plan {
-            Some(p) => done_in_work_list(session, p, &target.uri, column).await?,
-            None => (count_done(&state, target, column).await?, 0),
-        };
-        let left = rows - done;
-        if !options.tag.is_empty()
-            && let Ok(v) = ds.tags().get_version(&options.tag).await
-        {
-            if left > 0 && v == ds.version().version {
-                return Err(anyhow!(
-                    "embed.tag '{}' already marks version {v} of {}, and the {left} ids not yet there would make a new \
-                     version; choose another tag for it",
-                    options.tag,
-                    target.uri
-                ));
-            }
-            if left == 0 && !quiet {
-                note!("embed.tag '{}' already marks version {v}, the current one: this job is done", options.tag);
-            }
+    let left = rows.saturating_sub(done);
+    if !options.tag.is_empty()
+        && let Ok(v) = ds.tags().get_version(&options.tag).await
+    {
+        if left > 0 && v == ds.version().version {
+            return Err(anyhow!(
+                "embed.tag '{}' already marks version {v} of {}, and the {left} ids not yet there would make a new \
+                 version; choose another tag for it",
+                options.tag,
+                target.uri
+            ));
         }
-        if !quiet {
-            note!("resuming: {done} of {rows} already done in {}", target.uri);
+        if left == 0 && !quiet {
+            note!("embed.tag '{}' already marks version {v}, the current one: this job is done", options.tag);
         }
     }
-    Ok(Todo { rows: rows - done, tokens: plan.map(|p| p.plan.totals.useful_tokens - done_tokens) })
+    if !quiet {
+        note!("resuming: {done} of {rows} already done in {}", target.uri);
+    }
+    Ok(Some(Todo { rows: left, tokens: plan.map(|p| p.plan.totals.useful_tokens.saturating_sub(done_tokens)) }))
 }
 
 /// What a write has left to embed.
@@ -753,6 +755,14 @@ fn print_summary(session: &EmbedSession, started: Instant, wall: f64) {
                 "note: {} rows had a NULL text and were written with a NULL vector; their ids count as done, so a \
                  rerun skips them (the README's Resume section says how to embed them once they have text)",
                 e.nulls
+            );
+        }
+        if e.blank > 0 {
+            eprintln!(
+                "warning: {} texts were blank (empty, or only whitespace or zero-width characters) and each got the \
+                 same vector, that of no text; leave them out (WHERE trim(text) <> ''), or SET embed.blank_texts = \
+                 'error' to have the first one named",
+                e.blank
             );
         }
         let first = session.metrics().first_call().map(|t| t.saturating_duration_since(started).as_secs_f64());

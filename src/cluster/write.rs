@@ -497,7 +497,20 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     let append = existing.is_some() && !options.restart;
     let input = target.input.as_ref().clone();
     // The ids already written are dropped before embed(), on the executors, as a local write drops them.
-    let input = if append { without_done_ids(input, uri, &options.id_column)? } else { input };
+    let input = if append {
+        let skipped = without_done_ids(input, uri, &options.id_column)?;
+        if let (Some(why), Some(ds)) = (skipped.after_embed, &existing) {
+            let rows = ds.count_rows(None).await.map_err(lance_err(uri))? as u64;
+            if rows > 0 {
+                return Err(crate::Error::ResumeShape { uri: uri.to_string(), rows, why }.into());
+            }
+        }
+        skipped.plan
+    } else {
+        input
+    };
+    // The ids the tasks would write are checked here, before any task runs, as a local write's planning does.
+    crate::lance::guard::check_write_ids(&session.local_state(), &input, &options.id_column).await?;
     let spec = WriteSpec { uri: uri.to_string(), append, fingerprint: fingerprint.as_ref().map(|f| f.to_json()) };
     let started = Instant::now();
     let job = async { ctx.execute_logical_plan(write_plan(input, spec)?).await?.collect().await };

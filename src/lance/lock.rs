@@ -5,7 +5,7 @@
 //! holder, so whoever is refused is told what to wait for.
 
 use std::io::{Read, Seek, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -100,9 +100,32 @@ pub fn lock_path(uri: &str) -> PathBuf {
         let digest = crate::campaign::plan::hex_sha256(uri.trim_end_matches('/').as_bytes());
         return home.join("locks").join(format!("{}.lock", &digest[..16]));
     }
-    let p = std::path::Path::new(uri);
+    let p = real_path(std::path::Path::new(uri));
     let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into());
     p.with_file_name(format!(".{name}.lock"))
+}
+
+/// The folder `path` names, however it is named: absolute, with symbolic links (its own included, even one to a
+/// folder not made yet), `.` and `..` resolved, so that two names of one dataset take one lock.
+pub fn real_path(path: &Path) -> PathBuf {
+    resolve(&std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()), 0)
+}
+
+fn resolve(path: &Path, depth: usize) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    // A link whose target does not exist yet: where it points, resolved.
+    if depth < 16
+        && let Ok(target) = std::fs::read_link(path)
+    {
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        return resolve(&parent.join(target), depth + 1);
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => resolve(parent, depth).join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 #[cfg(test)]
@@ -123,5 +146,33 @@ mod tests {
         assert!(err.contains("another pipeline run is writing to"), "{err}");
         drop(run);
         WriteLock::acquire(&uri, Holder::Index).unwrap();
+    }
+
+    /// Two names of one dataset: a symbolic link to it (made before or after the dataset), a relative path,
+    /// `..` and a trailing slash all take the one lock.
+    #[test]
+    fn every_name_of_a_dataset_takes_its_one_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("out.lance");
+        std::os::unix::fs::symlink(&real, dir.path().join("early.lance")).unwrap(); // dangling: no dataset yet
+        std::fs::create_dir_all(real.join("_versions")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("late.lance")).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let first = WriteLock::acquire(&real.display().to_string(), Holder::Run).unwrap();
+        let d = dir.path().display();
+        for other in [
+            format!("{d}/early.lance"),
+            format!("{d}/late.lance"),
+            format!("{d}/sub/../out.lance"),
+            format!("{d}/out.lance/"),
+        ] {
+            let err = WriteLock::acquire(&other, Holder::Run).unwrap_err().to_string();
+            assert!(err.contains("another pipeline run is writing to"), "{other}: {err}");
+        }
+        drop(first);
+        // A dangling link to a dataset yet to be made locks where the dataset will be.
+        std::fs::remove_dir_all(&real).unwrap();
+        let _early = WriteLock::acquire(&format!("{d}/early.lance"), Holder::Run).unwrap();
+        assert!(WriteLock::acquire(&real.display().to_string(), Holder::Run).is_err());
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod compare;
 pub mod format;
+pub mod guard;
 pub mod inspect;
 pub mod lock;
 pub mod maintain;

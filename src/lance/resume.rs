@@ -18,13 +18,13 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, Result};
+use datafusion::common::{Column, DFSchema, Result};
 use datafusion::datasource::file_format::DefaultFileType;
 use datafusion::datasource::{TableType, provider_as_source, source_as_provider};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{
-    DmlStatement, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp, ident,
+    Distinct, DmlStatement, Expr, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp, ident,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -109,13 +109,36 @@ pub struct ExistingIds {
     uri: String,
     column: String,
     schema: SchemaRef,
+    /// Why the join with these ids sits after `embed()` (see [`WithoutDone::after_embed`]).
+    after_embed: Option<String>,
 }
 
 impl ExistingIds {
     /// The ids of the dataset at `uri`, read as `id_type`.
     pub fn new(uri: &str, column: &str, id_type: DataType) -> Self {
         let schema = Arc::new(Schema::new(vec![Field::new(column, id_type, true)]));
-        Self { uri: uri.to_string(), column: column.to_string(), schema }
+        Self { uri: uri.to_string(), column: column.to_string(), schema, after_embed: None }
+    }
+
+    /// Joined after `embed()`, for the reason given: planning a scan of them then refuses a dataset that holds
+    /// rows, as a resume would embed its rows again.
+    pub fn after_embed(mut self, why: Option<String>) -> Self {
+        self.after_embed = why;
+        self
+    }
+
+    /// Refuse a resume these ids would be dropped from only after embedding (see [`Self::after_embed`]): when
+    /// the dataset holds rows.
+    pub async fn refuse_if_resumed(&self) -> Result<()> {
+        let Some(why) = &self.after_embed else { return Ok(()) };
+        match rows_now(&self.uri).await {
+            Some(rows) if rows > 0 => Err(DataFusionError::from(crate::Error::ResumeShape {
+                uri: self.uri.clone(),
+                rows: rows as u64,
+                why: why.clone(),
+            })),
+            _ => Ok(()),
+        }
     }
 
     /// A scan of these ids, named `__done_ids`.
@@ -142,9 +165,11 @@ impl TableProvider for ExistingIds {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let whole = projection.is_none_or(|p| p.as_slice() == [0]);
+        self.refuse_if_resumed().await?;
+        let rows = rows_now(&self.uri).await;
         if whole && limit.is_none() {
             let exec = ExistingIdsExec::new(&self.uri, &self.column, Arc::clone(&self.schema));
-            return Ok(Arc::new(exec.with_rows(rows_now(&self.uri).await)));
+            return Ok(Arc::new(exec.with_rows(rows)));
         }
         let ids =
             Arc::new(IdStream { uri: self.uri.clone(), column: self.column.clone(), schema: Arc::clone(&self.schema) });
@@ -244,10 +269,10 @@ impl ExecutionPlan for ExistingIdsExec {
     fn partition_statistics(&self, _partition: Option<usize>) -> Result<Arc<datafusion::common::Statistics>> {
         use datafusion::common::stats::Precision;
         let mut stats = datafusion::common::Statistics::new_unknown(&self.ids.schema);
-        // Inexact: a run may add ids between planning and the read. None when there is no dataset yet.
-        if let Some(rows) = self.rows.filter(|&n| n > 0) {
-            stats.num_rows = Precision::Inexact(rows);
-        }
+        // Inexact: a run may add ids between planning and the read. No dataset yet counts as none: the input
+        // then keeps its partitions too (hash-partitioned by id, the branches of a UNION ALL were interleaved,
+        // which the embedding stage, one partition per branch, cannot be).
+        stats.num_rows = Precision::Inexact(self.rows.unwrap_or(0));
         Ok(Arc::new(stats))
     }
 }
@@ -323,49 +348,283 @@ impl AnalyzerRule for ResumeRule {
         if options.restart {
             return Ok(plan);
         }
-        let input = without_done_ids(target.input.as_ref().clone(), &target.uri, &options.id_column)?;
+        let input = without_done_ids(target.input.as_ref().clone(), &target.uri, &options.id_column)?.plan;
         plan.with_new_exprs(plan.expressions(), vec![input])
     }
 }
 
-/// Put an anti-join against the dataset's ids under the projection that calls `embed()`, or on top
-/// when there is none. Left unchanged when the id column is not found there.
-pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<LogicalPlan> {
-    let mut done = false;
-    let rewritten = input.clone().transform_down(|node| {
-        if done {
-            return Ok(Transformed::new(node, false, TreeNodeRecursion::Stop));
+/// A write's input with the ids its output already holds dropped, and whether they are dropped before
+/// `embed()` runs.
+#[derive(Debug)]
+pub struct WithoutDone {
+    /// The rows left to write.
+    pub plan: LogicalPlan,
+    /// Why the done ids could only be dropped after `embed()` (the join is then on the output, so each id is
+    /// still written once, but a resume would embed again what is done): `None` when every branch that calls
+    /// `embed()` drops them first.
+    pub after_embed: Option<String>,
+}
+
+/// Drop the rows whose output id the dataset at `uri` already holds, in every branch that feeds the output,
+/// under the projection that calls `embed()` there. The output's id is traced down through projections
+/// (renamed or computed ids), aliases, filters, sorts, unions, DISTINCT, GROUP BY the id and the preserved side
+/// of a join, and a `LIMIT` over an `embed()` projection is moved under it (the same rows are chosen, and only
+/// they are embedded). Where the trace stops at an operator that would choose other rows if some were dropped
+/// under it (a LIMIT it cannot move, a window, an aggregate not grouped by the id, an outer join), the ids are
+/// dropped from the output itself and [`WithoutDone::after_embed`] says why: [`ExistingIds`] then refuses to
+/// plan a write into a dataset that holds rows, before anything is embedded. Unchanged when the output has no
+/// column `column` (the id check refuses that).
+pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<WithoutDone> {
+    let Some((qualifier, _)) = input.schema().iter().find(|(_, f)| f.name() == column) else {
+        return Ok(WithoutDone { plan: input, after_embed: None });
+    };
+    let id = Expr::Column(Column::new(qualifier.cloned(), column));
+    let skip = Skip { uri, column };
+    match skip.push(input.clone(), id.clone())? {
+        Pushed::Done(plan) => Ok(WithoutDone { plan: *plan, after_embed: None }),
+        Pushed::Stopped(why) => {
+            let plan = skip.anti_join(input, id, Some(why.clone()))?;
+            Ok(WithoutDone { plan, after_embed: Some(why) })
         }
-        let LogicalPlan::Projection(p) = &node else { return Ok(Transformed::no(node)) };
-        if !p.expr.iter().any(calls_embed) {
-            return Ok(Transformed::no(node));
-        }
-        done = true;
-        match anti_join(p.input.as_ref().clone(), uri, column)? {
-            Some(joined) => {
-                let projection = Projection::try_new(p.expr.clone(), Arc::new(joined))?;
-                Ok(Transformed::new(LogicalPlan::Projection(projection), true, TreeNodeRecursion::Stop))
-            }
-            None => Ok(Transformed::new(node, false, TreeNodeRecursion::Stop)),
-        }
-    })?;
-    if rewritten.transformed {
-        return Ok(rewritten.data);
     }
-    Ok(anti_join(input.clone(), uri, column)?.unwrap_or(input))
 }
 
-/// `__done_ids RIGHT ANTI JOIN input`: the hash join builds its table from the done ids (its left side) and
-/// streams the input through, so no more than the ids is held, and rows reach `embed()` as they are read.
-fn anti_join(input: LogicalPlan, uri: &str, column: &str) -> Result<Option<LogicalPlan>> {
-    let Some((qualifier, field)) = input.schema().iter().find(|(_, f)| f.name() == column) else { return Ok(None) };
-    let rows = Column::new(qualifier.cloned(), column);
-    let ids = ExistingIds::new(uri, column, field.data_type().clone()).scan_plan()?;
-    let done = Column::new(Some("__done_ids"), column);
-    Ok(Some(LogicalPlanBuilder::from(ids).join(input, JoinType::RightAnti, (vec![done], vec![rows]), None)?.build()?))
+/// Why a write cannot execute a plan of `pipeline plan`, whose work list holds the rows of one `embed()` call
+/// keyed by the id column of that call's input: `None` when it can (one `embed()` call, and the output's id is
+/// that column as it is).
+pub fn unplannable(input: &LogicalPlan, column: &str) -> Result<Option<String>> {
+    let skipped = without_done_ids(input.clone(), "", column)?;
+    if let Some(why) = skipped.after_embed {
+        return Ok(Some(why));
+    }
+    let mut keys = Vec::new();
+    skipped.plan.apply(|node| {
+        if let LogicalPlan::Join(j) = node
+            && j.join_type == JoinType::RightAnti
+            && let LogicalPlan::TableScan(scan) = j.left.as_ref()
+            && scan.table_name.table() == "__done_ids"
+        {
+            keys.extend(j.on.iter().map(|(_, key)| key.clone()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(match keys.as_slice() {
+        [] => None, // no id column: the write's id check says so
+        [Expr::Column(c)] if c.name == column => None,
+        [key] => Some(format!("its id is computed ({key}), where a plan keys its work list by the input's {column}")),
+        keys => Some(format!("it calls embed() in {} branches, where a plan orders one", keys.len())),
+    })
 }
 
-fn calls_embed(e: &Expr) -> bool {
+/// What pushing the done-id join down a plan gave.
+enum Pushed {
+    /// The plan with the join under every `embed()`.
+    Done(Box<LogicalPlan>),
+    /// Why it cannot go under the `embed()` calls.
+    Stopped(String),
+}
+
+/// The dataset whose ids a write skips.
+struct Skip<'a> {
+    uri: &'a str,
+    column: &'a str,
+}
+
+impl Skip<'_> {
+    /// `node` without the rows whose `id` (an expression over `node`'s output) is done, dropped before any
+    /// `embed()` under `node` runs.
+    fn push(&self, node: LogicalPlan, id: Expr) -> Result<Pushed> {
+        if !plan_calls_embed(&node) {
+            return Ok(Pushed::Done(Box::new(self.anti_join(node, id, None)?)));
+        }
+        let stop = |what: &str| Ok(Pushed::Stopped(format!("{what} lies between embed() and the output")));
+        if let Some(lifted) = embed_above_limit(&node)? {
+            return self.push(lifted, id);
+        }
+        match &node {
+            LogicalPlan::Projection(p) => {
+                if expr_calls_embed(&id) || id_refs_embed(&id, p)? {
+                    return stop("an id computed from embed()");
+                }
+                let inner = through_projection(id.clone(), p)?;
+                if inner.column_refs().is_empty() {
+                    // A constant id (`SELECT 'a' AS id, embed('x')`): dropped over the projection, as it reads no row.
+                    return Ok(Pushed::Done(Box::new(self.anti_join(node, id, None)?)));
+                }
+                self.rebuild(&node, vec![(0, inner)])
+            }
+            LogicalPlan::SubqueryAlias(a) => {
+                let inner = by_position(id, &a.schema, a.input.schema())?;
+                self.rebuild(&node, vec![(0, inner)])
+            }
+            LogicalPlan::Filter(_) | LogicalPlan::Repartition(_) | LogicalPlan::Distinct(Distinct::All(_)) => {
+                self.rebuild(&node, vec![(0, id)])
+            }
+            LogicalPlan::Sort(s) if s.fetch.is_none() => self.rebuild(&node, vec![(0, id)]),
+            LogicalPlan::Union(u) => {
+                let branches = u
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, input)| Ok((i, by_position(id.clone(), &u.schema, input.schema())?)))
+                    .collect::<Result<Vec<_>>>()?;
+                self.rebuild(&node, branches)
+            }
+            LogicalPlan::Aggregate(a) => match grouped_by(&id, a) {
+                Some(inner) => self.rebuild(&node, vec![(0, inner)]),
+                None => stop("an aggregate not grouped by the id"),
+            },
+            LogicalPlan::Join(j) => {
+                let cols = id.column_refs();
+                let left = cols.iter().all(|c| j.left.schema().has_column(c));
+                let right = cols.iter().all(|c| j.right.schema().has_column(c));
+                use JoinType::*;
+                let side = match j.join_type {
+                    Inner | Left | LeftSemi | LeftAnti if left => 0,
+                    Inner | Right | RightSemi | RightAnti if right => 1,
+                    _ => return stop(&format!("a {} join that does not keep the id's rows", j.join_type)),
+                };
+                let other = if side == 0 { &j.right } else { &j.left };
+                if plan_calls_embed(other) {
+                    return stop("a join whose other side calls embed()");
+                }
+                self.rebuild(&node, vec![(side, id)])
+            }
+            LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => stop("a LIMIT"),
+            LogicalPlan::Window(_) => stop("a window function"),
+            LogicalPlan::Distinct(Distinct::On(_)) => stop("DISTINCT ON"),
+            other => stop(&format!("a {} node", other.display().to_string().split(':').next().unwrap_or("plan"))),
+        }
+    }
+
+    /// `node` with each of its inputs `(i, id)` pushed into, the others as they were.
+    fn rebuild(&self, node: &LogicalPlan, into: Vec<(usize, Expr)>) -> Result<Pushed> {
+        let mut inputs: Vec<LogicalPlan> = node.inputs().into_iter().cloned().collect();
+        for (i, id) in into {
+            match self.push(inputs[i].clone(), id)? {
+                Pushed::Done(p) => inputs[i] = *p,
+                stopped => return Ok(stopped),
+            }
+        }
+        Ok(Pushed::Done(Box::new(node.with_new_exprs(node.expressions(), inputs)?)))
+    }
+
+    /// `__done_ids RIGHT ANTI JOIN input ON __done_ids.id = <id over input>`: the hash join builds its table
+    /// from the done ids (its left side) and streams the input through, so no more than the ids is held, and
+    /// rows reach `embed()` as they are read.
+    fn anti_join(&self, input: LogicalPlan, id: Expr, after_embed: Option<String>) -> Result<LogicalPlan> {
+        use datafusion::logical_expr::ExprSchemable;
+        let id_type = id.get_type(input.schema())?;
+        let ids = ExistingIds::new(self.uri, self.column, id_type).after_embed(after_embed).scan_plan()?;
+        let done = Expr::Column(Column::new(Some("__done_ids"), self.column));
+        LogicalPlanBuilder::from(ids)
+            .join_with_expr_keys(input, JoinType::RightAnti, (vec![done], vec![id]), None)?
+            .build()
+    }
+}
+
+/// `LIMIT n` (with or without `ORDER BY`) right over a projection that calls `embed()`, rewritten as the
+/// projection over the LIMIT, so that only the rows kept are embedded, and a resume can drop done rows
+/// between them. `None` when `node` is not that shape, or its ordering needs the vectors.
+fn embed_above_limit(node: &LogicalPlan) -> Result<Option<LogicalPlan>> {
+    let (limit, sort, projection) = match node {
+        LogicalPlan::Limit(l) => match l.input.as_ref() {
+            LogicalPlan::Sort(s) if s.fetch.is_none() => match s.input.as_ref() {
+                LogicalPlan::Projection(p) => (Some(l), Some(s), p),
+                _ => return Ok(None),
+            },
+            LogicalPlan::Projection(p) => (Some(l), None, p),
+            _ => return Ok(None),
+        },
+        LogicalPlan::Sort(s) if s.fetch.is_some() => match s.input.as_ref() {
+            LogicalPlan::Projection(p) => (None, Some(s), p),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    if !projection.expr.iter().any(expr_calls_embed) || plan_calls_embed(&projection.input) {
+        return Ok(None);
+    }
+    let mut below = projection.input.as_ref().clone();
+    if let Some(s) = sort {
+        let mut keys = Vec::with_capacity(s.expr.len());
+        for key in &s.expr {
+            if id_refs_embed(&key.expr, projection)? {
+                return Ok(None); // ordered by a vector
+            }
+            keys.push(key.with_expr(through_projection(key.expr.clone(), projection)?));
+        }
+        below =
+            LogicalPlan::Sort(datafusion::logical_expr::Sort { expr: keys, input: Arc::new(below), fetch: s.fetch });
+    }
+    if let Some(l) = limit {
+        below = LogicalPlan::Limit(datafusion::logical_expr::Limit {
+            skip: l.skip.clone(),
+            fetch: l.fetch.clone(),
+            input: Arc::new(below),
+        });
+    }
+    Ok(Some(LogicalPlan::Projection(Projection::try_new(projection.expr.clone(), Arc::new(below))?)))
+}
+
+/// Whether `e`, over the output of `p`, reads a column that `p` computes with `embed()`.
+fn id_refs_embed(e: &Expr, p: &Projection) -> Result<bool> {
+    for c in e.column_refs() {
+        let i = p.schema.index_of_column(c)?;
+        if expr_calls_embed(&p.expr[i]) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `e`, over the output of projection `p`, written over `p`'s input.
+fn through_projection(e: Expr, p: &Projection) -> Result<Expr> {
+    e.transform(|x| match &x {
+        Expr::Column(c) => {
+            let i = p.schema.index_of_column(c)?;
+            Ok(Transformed::yes(p.expr[i].clone().unalias_nested().data))
+        }
+        _ => Ok(Transformed::no(x)),
+    })
+    .map(|t| t.data)
+}
+
+/// `e`, over the columns of `from`, written over the columns of `to` at the same positions.
+fn by_position(e: Expr, from: &DFSchema, to: &DFSchema) -> Result<Expr> {
+    e.transform(|x| match &x {
+        Expr::Column(c) => {
+            let (q, f) = to.qualified_field(from.index_of_column(c)?);
+            Ok(Transformed::yes(Expr::Column(Column::new(q.cloned(), f.name()))))
+        }
+        _ => Ok(Transformed::no(x)),
+    })
+    .map(|t| t.data)
+}
+
+/// The id over an aggregate's input, when the id (over its output) is one of its plain GROUP BY keys: then
+/// dropping a done id under it drops its whole group and changes no other.
+fn grouped_by(id: &Expr, a: &datafusion::logical_expr::Aggregate) -> Option<Expr> {
+    let Expr::Column(c) = id else { return None };
+    let i = a.schema.index_of_column(c).ok()?;
+    let key = a.group_expr.get(i)?;
+    (!matches!(key, Expr::GroupingSet(_))).then(|| key.clone().unalias_nested().data)
+}
+
+/// Whether any node of `plan` calls `embed()`.
+fn plan_calls_embed(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if node.expressions().iter().any(expr_calls_embed) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn expr_calls_embed(e: &Expr) -> bool {
     let mut found = false;
     let _ = e.apply(|x| {
         if let Expr::ScalarFunction(f) = x
@@ -379,21 +638,32 @@ fn calls_embed(e: &Expr) -> bool {
     found
 }
 
-/// How many of the input's ids the dataset already holds.
+/// How many ids the input has, and how many of them the dataset already holds, in one pass over the ids.
 pub async fn count_done(
     state: &datafusion::execution::SessionState,
     target: &WriteTarget,
     column: &str,
-) -> Result<u64> {
-    if !dataset_exists(&target.uri).await {
-        return Ok(0);
-    }
-    let ids = LogicalPlanBuilder::from(target.input.as_ref().clone()).project(vec![ident(column)])?.build()?;
-    let Some((_, field)) = ids.schema().iter().next().map(|(q, f)| (q.cloned(), Arc::clone(f))) else { return Ok(0) };
+) -> Result<(u64, u64)> {
+    use datafusion::functions_aggregate::expr_fn::count;
+    crate::campaign::ids::require_id_column(&target.input, column)?;
+    // Named apart from the done ids' column: an unqualified `id` (an INSERT's input) beside `__done_ids.id` in
+    // the join's output would be ambiguous.
+    let ids =
+        LogicalPlanBuilder::from(target.input.as_ref().clone()).project(vec![ident(column).alias("__id")])?.build()?;
+    let Some(field) = ids.schema().fields().first().cloned() else { return Ok((0, 0)) };
     let done = ExistingIds::new(&target.uri, column, field.data_type().clone()).scan_plan()?;
-    let left = Column::new(ids.schema().iter().next().and_then(|(q, _)| q.cloned()), column);
+    let done_id = Column::new(Some("__done_ids"), column);
     let plan = LogicalPlanBuilder::from(ids)
-        .join(done, JoinType::LeftSemi, (vec![left], vec![Column::new(Some("__done_ids"), column)]), None)?
+        .join(done, JoinType::Left, (vec![Column::from_name("__id")], vec![done_id.clone()]), None)?
+        .aggregate(
+            Vec::<Expr>::new(),
+            vec![count(datafusion::logical_expr::lit(1)).alias("rows"), count(Expr::Column(done_id)).alias("done")],
+        )?
         .build()?;
-    Ok(datafusion::dataframe::DataFrame::new(state.clone(), plan).count().await? as u64)
+    let batches = datafusion::dataframe::DataFrame::new(state.clone(), plan).collect().await?;
+    let get = |i: usize| {
+        use datafusion::arrow::array::AsArray;
+        batches.first().map_or(0, |b| b.column(i).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0))
+    };
+    Ok((get(0) as u64, get(1) as u64))
 }

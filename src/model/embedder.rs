@@ -31,6 +31,9 @@ pub struct EmbedStats {
     pub docs: u64,
     /// NULL texts, which get a NULL vector.
     pub nulls: u64,
+    /// Texts with nothing to embed (empty, or only whitespace and zero-width characters), counted among `docs`:
+    /// each gets the model's vector of no text, one and the same for all.
+    pub blank: u64,
     /// Real tokens fed to the model (the attention-mask sum).
     pub useful_tokens: u64,
     /// Tokens the model processed, padding included (rows x padded length, summed over calls).
@@ -53,6 +56,7 @@ impl EmbedStats {
         EmbedStats {
             docs: self.docs - earlier.docs,
             nulls: self.nulls - earlier.nulls,
+            blank: self.blank - earlier.blank,
             useful_tokens: self.useful_tokens - earlier.useful_tokens,
             processed_tokens: self.processed_tokens - earlier.processed_tokens,
             truncated_docs: self.truncated_docs - earlier.truncated_docs,
@@ -67,6 +71,7 @@ impl EmbedStats {
     pub fn add(&mut self, o: &EmbedStats) {
         self.docs += o.docs;
         self.nulls += o.nulls;
+        self.blank += o.blank;
         self.useful_tokens += o.useful_tokens;
         self.processed_tokens += o.processed_tokens;
         self.truncated_docs += o.truncated_docs;
@@ -75,6 +80,13 @@ impl EmbedStats {
         self.tokenize_time += o.tokenize_time;
         self.model_time += o.model_time;
     }
+}
+
+/// Whether a text has nothing to embed: empty, or only whitespace and zero-width characters (which tokenizers
+/// drop), so that it gets the vector of no text at all.
+pub fn is_blank(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_whitespace() || matches!(c, '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}'))
 }
 
 /// Vectors for a batch of texts, in input order.
@@ -322,6 +334,7 @@ impl Embedder {
             max_batch_rows: probe.texts.len(),
             prefix: String::new(),
             truncate_dim: 0,
+            refuse_blank: false,
         };
         let texts: Vec<Option<&str>> = probe.texts.iter().map(|t| Some(t.as_str())).collect();
         let embedded = self.embed_with_progress(&texts, &settings, &|_, _| {}, &|| false)?;
@@ -700,6 +713,12 @@ impl TextEmbedder for Embedder {
         let present: Vec<(usize, &str)> = texts.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect();
         stats.docs = present.len() as u64;
         stats.nulls = (texts.len() - present.len()) as u64;
+        if let Some((row, _)) = present.iter().find(|(_, t)| is_blank(t)) {
+            if settings.refuse_blank {
+                return Err(Error::BlankText { row: *row });
+            }
+            stats.blank = present.iter().filter(|(_, t)| is_blank(t)).count() as u64;
+        }
 
         let started = Instant::now();
         let prefixed: Vec<String>;

@@ -285,6 +285,16 @@ fn embed_array(
     let stop = interrupt::stop_requested;
     metrics.record_call_started();
     let out = embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop).map_err(|e| match e {
+        crate::Error::BlankText { row } => {
+            let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
+                Some(id) => format!("the text of id {id}"),
+                None => format!("the text at row {row} (pass the id as embed(text, id) to have it named)"),
+            };
+            exec_datafusion_err!(
+                "{who} is blank (empty, or only whitespace or zero-width characters), and embed.blank_texts = 'error'; \
+                 leave it out (WHERE trim(text) <> ''), or SET embed.blank_texts = 'embed'"
+            )
+        }
         crate::Error::TooLong { row, tokens, max_tokens } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("id {id}"),

@@ -18,6 +18,7 @@ mod plan_run;
 mod probe;
 mod resume;
 mod search;
+mod shapes;
 mod sql;
 mod st_features;
 mod stores;

@@ -95,9 +95,10 @@ async fn rows_come_out_longest_first_within_a_window_and_keyed_to_their_ids() {
 #[tokio::test]
 async fn whole_input_ordering_spills_beyond_the_session_memory_limit_and_stays_exact() {
     let tmp = tempfile::tempdir().unwrap();
+    // 64 KB: the write's id check (a grouped count of 1,200 ids, which spills too) needs more than 16 KB.
     let limits =
-        "SET datafusion.runtime.memory_limit = '16K'; SET datafusion.execution.sort_spill_reservation_bytes = 0;";
-    let s = cats_in_small_batches(tmp.path(), 300, &format!("{limits} SET embed.order_window = 0;")).await;
+        "SET datafusion.runtime.memory_limit = '64K'; SET datafusion.execution.sort_spill_reservation_bytes = 0;";
+    let s = cats_in_small_batches(tmp.path(), 1200, &format!("{limits} SET embed.order_window = 0;")).await;
     let copy = format!(
         "COPY (SELECT id, embed(text) AS v FROM docs) TO '{}/analyzed.lance' STORED AS LANCE",
         tmp.path().display()
@@ -108,23 +109,23 @@ async fn whole_input_ordering_spills_beyond_the_session_memory_limit_and_stays_e
     let sort = line("SortExec");
     assert!(sort.contains("expr=[__token_count@"), "DataFusion's sort orders by the token count: {sort}");
     let spills: u64 = sort.split("spill_count=").nth(1).and_then(|r| r.split(',').next()).unwrap().parse().unwrap();
-    assert!(spills >= 2, "300 rows against a 16 KB memory limit spill more than once: {sort}");
+    assert!(spills >= 2, "1,200 rows against a 64 KB memory limit spill more than once: {sort}");
     let ordered = through_lance(&s, tmp.path(), "ordered", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
-    assert_eq!(ks.len(), 300);
+    assert_eq!(ks.len(), 1200);
     assert!(ks.windows(2).all(|w| w[0] >= w[1]), "the merged runs are longest first: {ks:?}");
-    assert_same_vectors_as_the_original_order(&s, &ordered, 300).await;
+    assert_same_vectors_as_the_original_order(&s, &ordered, 1200).await;
 }
 
 #[tokio::test]
 async fn a_window_the_memory_limit_will_not_hold_is_passed_on_early_and_every_row_arrives() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = cats_in_small_batches(tmp.path(), 300, "SET datafusion.runtime.memory_limit = '16K';").await;
+    let s = cats_in_small_batches(tmp.path(), 1200, "SET datafusion.runtime.memory_limit = '64K';").await;
     let ordered = through_lance(&s, tmp.path(), "windows", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
     let ids: std::collections::HashSet<String> = strings(&ordered, "id").into_iter().collect();
-    assert_eq!((ks.len(), ids.len()), (300, 300), "every row exactly once");
-    // The default window is 65,536 rows; the 16 KB limit cuts it into several, each longest first.
+    assert_eq!((ks.len(), ids.len()), (1200, 1200), "every row exactly once");
+    // The default window is 65,536 rows; the 64 KB limit cuts it into several, each longest first.
     let rises = ks.windows(2).filter(|w| w[0] < w[1]).count();
     assert!(rises >= 2, "windows passed on early: {ks:?}");
 }
@@ -173,4 +174,24 @@ fn compare_order_reports_both_orders_with_identical_vectors() {
     assert_eq!((l["useful_tokens"].as_u64(), r["useful_tokens"].as_u64()), (Some(useful), Some(useful)));
     assert!(l["processed_tokens"].as_u64() < r["processed_tokens"].as_u64(), "{j}");
     assert!(l["padding_efficiency"].as_f64().unwrap() > r["padding_efficiency"].as_f64().unwrap());
+}
+
+/// `compare-order` writes through `ctx.sql`, as a library user does: a corpus with a repeated id is refused by the
+/// write's own check, before anything is embedded (it was compared as if the ids were fine).
+#[test]
+fn compare_order_refuses_a_repeated_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let create = cats(tmp.path(), 8);
+    let corpus = tmp.path().join("cats.jsonl");
+    let text = std::fs::read_to_string(&corpus).unwrap().replace("\"r0003\"", "\"r0002\"");
+    std::fs::write(&corpus, text).unwrap();
+    std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display()))
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["compare-order", "job.sql", "--sample", "8"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains("1 ids occur more than once (first: r0002)"), "{stderr}");
 }

@@ -407,3 +407,28 @@ fn restart_writes_a_fresh_version_and_keeps_the_old_ones() {
     let o = pipeline(&["compare", "out.lance@1", "out.lance@2"], d);
     assert!(o.status.success(), "the old version is still readable: {}", stderr(&o));
 }
+
+/// `INSERT INTO` a Lance table resumes as a COPY does, and says so: its input names the id without a table
+/// (`docs.id AS id`), which the resume count once found ambiguous beside the done ids' `__done_ids.id`.
+#[test]
+fn an_insert_into_a_lance_table_says_what_is_done_and_adds_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 20, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    let first =
+        std::fs::read_to_string(d.join("job.sql")).unwrap().replace("FROM docs)", "FROM docs WHERE id < 'doc-00008')");
+    std::fs::write(d.join("first.sql"), first).unwrap();
+    assert!(pipeline(&["run", "first.sql"], d).status.success());
+    let insert = format!(
+        "SET embed.model = '{}';\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         CREATE EXTERNAL TABLE out STORED AS LANCE LOCATION 'out.lance';\n\
+         INSERT INTO out SELECT id, embed(text) AS embedding FROM docs;\n",
+        model_dir().display()
+    );
+    std::fs::write(d.join("insert.sql"), insert).unwrap();
+    let o = pipeline(&["run", "insert.sql"], d);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("resuming: 8 of 20 already done"), "{out}{}", stderr(&o));
+    assert_every_id_once(&inspect(d, "out.lance"), 20);
+}
