@@ -19,8 +19,11 @@ if [ ! -f "$CORPUS" ]; then
   exit 0
 fi
 scripts/setup
-cargo build --locked --quiet --bin pipeline
-PIPELINE="$CARGO_TARGET_DIR/debug/pipeline"
+# The binary this checkout built, by the path cargo reports: debug/pipeline is shared by every checkout that
+# builds into this target directory, and cargo does not copy a fresh build there again (a baseline worktree's
+# build left its binary there, which was then measured as this build's).
+PIPELINE=$(cargo build --locked --quiet --bin pipeline --message-format=json \
+  | python3 -c 'import json, sys; print([json.loads(l)["executable"] for l in sys.stdin if "\"executable\":\"" in l][-1])')
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 OUT="$ROOT/BENCHMARKS.md"
