@@ -19,9 +19,9 @@ if [ ! -f "$CORPUS" ]; then
   exit 0
 fi
 scripts/setup
-# The binary this checkout built, by the path cargo reports: debug/pipeline is shared by every checkout that
-# builds into this target directory, and cargo does not copy a fresh build there again (a baseline worktree's
-# build left its binary there, which was then measured as this build's).
+# The binary this checkout built, by the path cargo reports. NOTE: debug/pipeline is shared by every checkout that
+# builds into this target directory, and cargo does not copy a build it finds fresh there again: after building a
+# baseline worktree, change a file here (touch src/main.rs) so that this checkout's binary is put back.
 PIPELINE=$(cargo build --locked --quiet --bin pipeline --message-format=json \
   | python3 -c 'import json, sys; print([json.loads(l)["executable"] for l in sys.stdin if "\"executable\":\"" in l][-1])')
 WORK=$(mktemp -d)
@@ -459,6 +459,10 @@ PY
 section_resume() {
   local done="${BENCH_RESUME_DONE:-50000}" plain=2000
   local base="${BENCH_BASELINE:?set BENCH_BASELINE to the pipeline binary of the baseline build}"
+  if cmp -s "$PIPELINE" "$base"; then
+    echo "benches/run.sh resume: $PIPELINE is the baseline binary itself (see the NOTE at the build above)" >&2
+    return 1
+  fi
   local py="${EMBED_PIPELINE_TEST_PYTHON:-$(scripts/setup --test-tools --print)}"
   corpus 1000000 1 "$WORK/r.jsonl"
   corpus $plain 1 "$WORK/p.jsonl"
