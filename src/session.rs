@@ -8,6 +8,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use crate::cluster::ClusterKeys;
 use crate::lance::guard::CheckedPlanner;
 use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
@@ -54,19 +55,24 @@ impl EmbedSession {
     }
 
     /// A session whose queries run on the Ballista cluster whose scheduler is at `url` (`df://HOST:PORT`). The
-    /// client plans (so the job's tables, options and fingerprint are its own); the executors embed.
-    pub async fn on_cluster(url: &str, options: EmbedOptions) -> Result<Self> {
+    /// client plans (so the job's tables, options and fingerprint are its own); the executors embed. A cluster
+    /// started with keys (`pipeline cluster-keys`) needs the same `keys` here.
+    pub async fn on_cluster(url: &str, options: EmbedOptions, keys: Option<&ClusterKeys>) -> Result<Self> {
         use ballista::prelude::SessionContextExt;
         use ballista_core::extension::SessionConfigExt;
         options.check_all()?;
         crate::cluster::check_reachable(url).map_err(datafusion::error::DataFusionError::from)?;
+        crate::cluster::check_keys_match(url, keys).await.map_err(datafusion::error::DataFusionError::from)?;
         let metrics = Arc::new(RunMetrics::default());
         let host = crate::udf::embed::HostOptions::default();
         let mut builder = reading_state(&options, &metrics)?;
-        let config = builder
-            .config()
-            .take()
-            .unwrap_or_default()
+        let mut config = builder.config().take().unwrap_or_default();
+        if let Some(keys) = keys {
+            config = config
+                .with_ballista_use_tls(true)
+                .with_ballista_override_create_grpc_client_endpoint(keys.endpoint_override());
+        }
+        let config = config
             // Tasks for the whole cluster rather than this machine's cores (Ballista's own default); a job's SET wins.
             .with_target_partitions(CLUSTER_PARTITIONS)
             .with_ballista_logical_extension_codec(Arc::new(crate::cluster::EmbedLogicalCodec::new(

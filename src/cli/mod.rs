@@ -95,6 +95,9 @@ pub struct JobSettings {
     /// on its executors' devices.
     #[arg(long, value_name = "df://HOST:PORT", env = "EMBED_PIPELINE_CLUSTER")]
     pub cluster: Option<String>,
+    /// The cluster's keys, for a cluster started with --cluster-keys (`pipeline cluster-keys DIR`).
+    #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
+    pub cluster_keys: Option<PathBuf>,
 }
 
 /// Where ONNX Runtime comes from; only the commands that run the model take it.
@@ -248,6 +251,10 @@ pub enum Command {
         /// Executors send word every 5 s, busy or not; 10 at least.
         #[arg(long, value_name = "SECONDS", default_value_t = 180)]
         executor_timeout: u64,
+        /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
+        /// clients and executors that hold the same keys. Needed to listen on an address other hosts can reach.
+        #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
+        cluster_keys: Option<PathBuf>,
     },
     /// Run a cluster executor: one per GPU. It takes tasks from the scheduler and embeds on its device.
     /// Runs until stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks on the other executors).
@@ -275,8 +282,20 @@ pub enum Command {
         /// Directory for shuffle files (default: a directory under the system's temporary directory).
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
+        /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
+        /// clients and executors that hold the same keys. Needed to listen on an address other hosts can reach.
+        #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
+        cluster_keys: Option<PathBuf>,
         #[command(flatten)]
         runtime: Runtime,
+    },
+    /// Make a new cluster's keys in DIR (a new folder, readable by you only): copy it to every host of the
+    /// cluster and to its clients, and give it as --cluster-keys DIR to `pipeline scheduler`, `pipeline executor`
+    /// and `pipeline run --cluster`. Whoever holds it can use the cluster.
+    ClusterKeys {
+        /// The folder to make.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
     /// Show what this machine can run on: the ONNX Runtime build and its providers, the NVIDIA driver
     /// and GPUs (name, compute capability, memory), and the CUDA libraries scripts/setup --gpu installed.
@@ -614,7 +633,20 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Cost { trials, prices, deadline, json, chart } => {
             cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
         }
-        Command::Scheduler { bind, executor_timeout } => crate::cluster::run_scheduler(bind, executor_timeout).await,
+        Command::Scheduler { bind, executor_timeout, cluster_keys } => {
+            let keys = cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?;
+            crate::cluster::run_scheduler(bind, executor_timeout, keys).await
+        }
+        Command::ClusterKeys { dir } => {
+            let keys = crate::cluster::ClusterKeys::make(&dir)?;
+            println!(
+                "made the cluster's keys in {}: copy the folder to every host of the cluster and to its clients (it \
+                 is the secret: whoever holds it can use the cluster), and give it as --cluster-keys {}",
+                keys.dir().display(),
+                keys.dir().display()
+            );
+            Ok(())
+        }
         Command::Executor {
             scheduler,
             bind,
@@ -623,6 +655,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             concurrent_tasks,
             intra_threads,
             work_dir,
+            cluster_keys,
             runtime,
         } => {
             runtime.apply();
@@ -636,6 +669,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
                 concurrent_tasks: concurrent_tasks as usize,
                 host,
                 work_dir,
+                keys: cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
             };
             crate::cluster::run_executor(settings).await
         }
@@ -707,7 +741,20 @@ fn job(
     notes_to_stderr(output.format != display::Format::Table);
     Ok((
         statements,
-        run::RunSettings { restart, device: settings.device, quiet, plans, sets, style, cluster: settings.cluster },
+        run::RunSettings {
+            restart,
+            device: settings.device,
+            quiet,
+            plans,
+            sets,
+            style,
+            // Read only for a cluster: a keys folder named in the environment does not stop a local run.
+            cluster_keys: match settings.cluster {
+                Some(_) => settings.cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
+                None => None,
+            },
+            cluster: settings.cluster,
+        },
     ))
 }
 

@@ -50,6 +50,8 @@ pub struct RunSettings {
     pub style: ResultStyle,
     /// The Ballista cluster (`df://HOST:PORT`) the job's queries run on; `None` runs them here.
     pub cluster: Option<String>,
+    /// The cluster's keys, for a cluster started with them.
+    pub cluster_keys: Option<crate::cluster::ClusterKeys>,
 }
 
 /// A session for a job: `--device` and `--set` applied.
@@ -59,7 +61,7 @@ pub async fn job_session(settings: &RunSettings) -> anyhow::Result<EmbedSession>
         options.device = device.clone();
     }
     let session = match &settings.cluster {
-        Some(url) => EmbedSession::on_cluster(url, options).await?,
+        Some(url) => EmbedSession::on_cluster(url, options, settings.cluster_keys.as_ref()).await?,
         None => EmbedSession::with_options(options)?,
     };
     for (key, value) in &settings.sets {

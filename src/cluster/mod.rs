@@ -8,6 +8,7 @@
 //!   embeds with the job's options and its own device, after checking that its model gives that fingerprint;
 //! - the scheduler and executors: `embed` and `embed_dim` in their function registries.
 
+pub mod access;
 pub mod codec;
 pub mod process;
 pub mod write;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::prelude::SessionConfig;
 
+pub use access::ClusterKeys;
 pub use codec::{EmbedLogicalCodec, EmbedPhysicalCodec};
 pub use process::{ExecutorSettings, executor_id_layer, run_executor, run_scheduler};
 
@@ -28,7 +30,18 @@ pub const DEFAULT_SCHEDULER_PORT: u16 = 50050;
 
 /// The session config every side of a cluster starts from: Ballista's, with the `embed.*` options.
 pub fn config_producer() -> SessionConfig {
-    SessionConfig::new_with_ballista().with_option_extension(EmbedConfig(EmbedOptions::default()))
+    cluster_config(None)
+}
+
+/// [`config_producer`]'s, reaching the cluster's other processes with its keys where it has them.
+pub fn cluster_config(keys: Option<&ClusterKeys>) -> SessionConfig {
+    let config = SessionConfig::new_with_ballista().with_option_extension(EmbedConfig(EmbedOptions::default()));
+    match keys {
+        Some(keys) => config
+            .with_ballista_use_tls(true)
+            .with_ballista_override_create_grpc_client_endpoint(keys.endpoint_override()),
+        None => config,
+    }
 }
 
 /// A scheduler's address from `df://HOST:PORT` (or `HOST:PORT`, or `HOST`, port 50050), as `HOST:PORT`.
@@ -72,6 +85,73 @@ pub fn check_reachable(url: &str) -> crate::Result<SocketAddr> {
         }
     }
     Err(unreachable(last))
+}
+
+/// Check that the scheduler at `url` answers gRPC over the connection these keys make (TLS with them; plain
+/// without), so that a client or executor whose keys do not match the cluster's is told so at once, by name,
+/// rather than by a transport error at its first query.
+pub async fn check_keys_match(url: &str, keys: Option<&ClusterKeys>) -> crate::Result<()> {
+    use ballista_core::serde::protobuf::GetJobStatusParams;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    let address = scheduler_address(url)?;
+    let endpoint = match keys {
+        Some(keys) => keys.endpoint(&address)?,
+        None => tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| crate::Error::Cluster(format!("the cluster {url}: {e}")))?
+            .connect_timeout(Duration::from_secs(20))
+            .timeout(Duration::from_secs(20)),
+    };
+    let asked = async {
+        let channel = endpoint.connect().await.map_err(|e| tonic::Status::unavailable(error_chain(&e)))?;
+        // A job id no job has: any answer from the scheduler itself will do.
+        SchedulerGrpcClient::new(channel).get_job_status(GetJobStatusParams { job_id: String::new() }).await
+    };
+    match asked.await {
+        Ok(_) => Ok(()),
+        // A status the server sent (any: this is a question with no right answer) carries no source; one made
+        // here from a failed connection does (plain HTTP/2 to a TLS server is an h2 protocol error, Internal).
+        Err(status)
+            if std::error::Error::source(&status).is_none()
+                && !matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown) =>
+        {
+            Ok(())
+        }
+        Err(status) => Err(crate::Error::Cluster(match keys {
+            None => format!(
+                "the scheduler at {url} does not answer without the cluster's keys ({}); a cluster started with \
+                 --cluster-keys takes only clients and executors with the same keys: give --cluster-keys DIR (or \
+                 {})",
+                refusal(&status),
+                access::KEYS_ENV
+            ),
+            Some(keys) => format!(
+                "the scheduler at {url} does not answer over TLS with the keys in {} ({}): it was started with \
+                 other keys, or without keys; give every process of the cluster the same keys folder",
+                keys.dir().display(),
+                refusal(&status)
+            ),
+        })),
+    }
+}
+
+/// Why a connection failed, from a status made of it: its own message is only "h2 protocol error" or
+/// "transport error", the cause is in its source.
+fn refusal(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(source) => error_chain(source),
+        None => status.message().to_string(),
+    }
+}
+
+/// An error and its sources, as one line (a TLS refusal is named only in the innermost).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
 }
 
 #[cfg(test)]

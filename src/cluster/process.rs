@@ -7,23 +7,34 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use arrow_flight::flight_service_server::FlightServiceServer;
 use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::error::BallistaError;
 use ballista_core::registry::BallistaFunctionRegistry;
 use ballista_core::serde::protobuf::executor_status::Status;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpcServer;
 use ballista_core::serde::protobuf::{ExecutorStatus, HeartBeatParams};
-use ballista_core::utils::default_session_builder;
+use ballista_core::utils::{
+    GrpcServerConfig, create_grpc_server, create_grpc_server_incoming, default_session_builder,
+};
+use ballista_executor::ArrowFlightServerProvider;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_executor::executor_server::TERMINATING;
+use ballista_executor::flight_service::BallistaFlightService;
+use ballista_executor::shutdown::Shutdown;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
-use ballista_scheduler::scheduler_process::start_server;
+use ballista_scheduler::scheduler_process::create_scheduler;
+use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion::execution::FunctionRegistry;
 use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionConfig;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 
+use super::access::{ClusterKeys, require_keys_to_listen};
+use super::cluster_config;
 use super::codec::{EmbedLogicalCodec, EmbedPhysicalCodec};
-use super::config_producer;
 use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
 use crate::udf::embed::HostOptions;
@@ -43,8 +54,13 @@ fn session_with_embed(config: SessionConfig, metrics: &Arc<RunMetrics>) -> dataf
     Ok(state)
 }
 
-/// Run a scheduler listening on `bind` until the process is stopped.
-pub async fn run_scheduler(bind: SocketAddr, executor_timeout_seconds: u64) -> anyhow::Result<()> {
+/// Run a scheduler listening on `bind` until the process is stopped; with `keys`, over TLS to clients and
+/// executors that hold the same keys only.
+pub async fn run_scheduler(
+    bind: SocketAddr,
+    executor_timeout_seconds: u64,
+    keys: Option<ClusterKeys>,
+) -> anyhow::Result<()> {
     if executor_timeout_seconds < 2 * HEARTBEAT_SECONDS {
         anyhow::bail!(
             "--executor-timeout {executor_timeout_seconds}: executors send word every {HEARTBEAT_SECONDS} s, so a \
@@ -52,8 +68,10 @@ pub async fn run_scheduler(bind: SocketAddr, executor_timeout_seconds: u64) -> a
             2 * HEARTBEAT_SECONDS
         );
     }
+    require_keys_to_listen("scheduler", bind, keys.as_ref())?;
     let metrics = Arc::new(RunMetrics::default());
     let session_metrics = Arc::clone(&metrics);
+    let producer_keys = keys.clone();
     let config = SchedulerConfig {
         bind_host: bind.ip().to_string(),
         bind_port: bind.port(),
@@ -62,17 +80,44 @@ pub async fn run_scheduler(bind: SocketAddr, executor_timeout_seconds: u64) -> a
         // Executors ask for tasks: after an executor is lost, its reset tasks go to the next that asks. (Pushed, they
         // waited for an event that idle executors never sent, and the job hung.)
         scheduling_policy: TaskSchedulingPolicy::PullStaged,
-        override_config_producer: Some(Arc::new(config_producer)),
+        override_config_producer: Some(Arc::new(move || cluster_config(producer_keys.as_ref()))),
         override_session_builder: Some(Arc::new(move |config| session_with_embed(config, &session_metrics))),
         override_logical_codec: Some(Arc::new(EmbedLogicalCodec::new(HostOptions::default(), Arc::clone(&metrics)))),
         override_physical_codec: Some(Arc::new(EmbedPhysicalCodec::new(HostOptions::default(), metrics, None))),
+        override_create_grpc_client_endpoint: keys.as_ref().map(ClusterKeys::endpoint_override),
+        use_tls: keys.is_some(),
         ..SchedulerConfig::default()
     };
+    let (max_decoding, max_encoding) =
+        (config.grpc_server_max_decoding_message_size as usize, config.grpc_server_max_encoding_message_size as usize);
     let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
-    // The listener is bound inside start_server: say where it will listen, and fail plainly when it cannot.
-    std::net::TcpListener::bind(bind).map_err(|e| anyhow::anyhow!("scheduler: cannot listen on {bind}: {e}"))?;
-    println!("pipeline scheduler listening on {bind} (clients: --cluster df://{bind})");
-    start_server(cluster, bind, Arc::new(config)).await.map_err(|e| anyhow::anyhow!("scheduler on {bind}: {e}"))
+    let grpc = GrpcServerConfig::default();
+    let incoming = create_grpc_server_incoming(bind, &grpc)
+        .map_err(|e| anyhow::anyhow!("scheduler: cannot listen on {bind}: {e}"))?;
+    let scheduler: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> =
+        create_scheduler(cluster, Arc::new(config)).await.map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
+    let service = SchedulerGrpcServer::new(scheduler)
+        .max_decoding_message_size(max_decoding)
+        .max_encoding_message_size(max_encoding);
+    // Ballista's start_server serves the same service, without TLS; its REST API and Flight SQL proxy, which
+    // this tool does not use, are left out.
+    let mut server = create_grpc_server(&grpc);
+    if let Some(keys) = &keys {
+        server = server.tls_config(keys.server_tls()).map_err(|e| anyhow::anyhow!("scheduler: TLS: {e}"))?;
+    }
+    match &keys {
+        Some(keys) => println!(
+            "pipeline scheduler listening on {bind} over TLS, keys {} (clients: --cluster df://{bind} --cluster-keys \
+             DIR)",
+            keys.dir().display()
+        ),
+        None => println!("pipeline scheduler listening on {bind} (clients: --cluster df://{bind})"),
+    }
+    server
+        .add_service(service)
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| anyhow::anyhow!("scheduler on {bind}: {e}"))
 }
 
 /// How often an executor tells the scheduler it is alive, seconds.
@@ -93,6 +138,8 @@ pub struct ExecutorSettings {
     pub host: HostOptions,
     /// Shuffle files.
     pub work_dir: PathBuf,
+    /// The cluster's keys: served over TLS, and the scheduler and other executors reached with them.
+    pub keys: Option<ClusterKeys>,
 }
 
 /// Run an executor until the process is stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks elsewhere).
@@ -102,11 +149,14 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
         .ok_or_else(|| anyhow::anyhow!("--scheduler {}: give it as HOST:PORT", settings.scheduler))?;
+    require_keys_to_listen("executor", settings.bind, settings.keys.as_ref())?;
+    super::check_keys_match(&settings.scheduler, settings.keys.as_ref()).await?;
     std::fs::create_dir_all(&settings.work_dir).map_err(|e| {
         anyhow::anyhow!("executor: cannot make its work directory {}: {e}", settings.work_dir.display())
     })?;
     let metrics = Arc::new(RunMetrics::default());
-    let registry = BallistaFunctionRegistry::from(&session_with_embed(config_producer(), &metrics)?);
+    let keys = settings.keys.clone();
+    let registry = BallistaFunctionRegistry::from(&session_with_embed(cluster_config(keys.as_ref()), &metrics)?);
     let grpc_port =
         settings.bind.port().checked_add(1).ok_or_else(|| {
             anyhow::anyhow!("--bind {}: the gRPC port is the next one; pick a lower port", settings.bind)
@@ -130,12 +180,17 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         executor_heartbeat_interval_seconds: HEARTBEAT_SECONDS,
         work_dir: Some(settings.work_dir.display().to_string()),
         override_function_registry: Some(Arc::new(registry)),
-        override_config_producer: Some(Arc::new(config_producer)),
+        override_config_producer: Some(Arc::new({
+            let keys = keys.clone();
+            move || cluster_config(keys.as_ref())
+        })),
         override_logical_codec: Some(Arc::new(EmbedLogicalCodec::new(host.clone(), Arc::clone(&metrics)))),
         override_physical_codec: Some(Arc::new(EmbedPhysicalCodec::new(host, metrics, Some(label)))),
+        override_create_grpc_client_endpoint: keys.as_ref().map(ClusterKeys::endpoint_override),
+        override_arrow_flight_service: keys.as_ref().map(flight_over_tls),
         ..ExecutorProcessConfig::default()
     };
-    tokio::spawn(keep_alive(format!("http://{}:{}", config.scheduler_host, config.scheduler_port)));
+    tokio::spawn(keep_alive(settings.scheduler.clone(), keys));
     println!(
         "pipeline executor on {}, scheduler {}, device {}, {} task(s) at once",
         settings.bind,
@@ -144,6 +199,30 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         settings.concurrent_tasks
     );
     start_executor_process(Arc::new(config)).await.map_err(|e| anyhow::anyhow!("executor: {e}"))
+}
+
+/// An executor's Arrow Flight service (where the client and other executors fetch its results) over TLS with
+/// the cluster's keys: Ballista's own service, in a server of its settings.
+fn flight_over_tls(keys: &ClusterKeys) -> Arc<ArrowFlightServerProvider> {
+    let tls = keys.server_tls();
+    let max = ExecutorProcessConfig::default();
+    let (max_decoding, max_encoding) =
+        (max.grpc_max_decoding_message_size as usize, max.grpc_max_encoding_message_size as usize);
+    Arc::new(move |work_dir: String, address: SocketAddr, mut shutdown: Shutdown, grpc: GrpcServerConfig| {
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let service = FlightServiceServer::new(BallistaFlightService::new(work_dir))
+                .max_decoding_message_size(max_decoding)
+                .max_encoding_message_size(max_encoding);
+            create_grpc_server(&grpc)
+                .tls_config(tls)
+                .map_err(BallistaError::TonicError)?
+                .add_service(service)
+                .serve_with_shutdown(address, shutdown.recv())
+                .await
+                .map_err(BallistaError::TonicError)
+        })
+    })
 }
 
 /// Where Ballista logs the id it gives an executor ("Executor id: …").
@@ -189,7 +268,8 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ExecutorIdLayer {
 /// it does only with a slot free: a task longer than the scheduler's `--executor-timeout` got its executor taken
 /// for lost, and was reset and restarted for ever. Stops at a stop signal or once Ballista is terminating, so
 /// that its last word to the scheduler (terminating) stays the last.
-async fn keep_alive(scheduler_url: String) {
+async fn keep_alive(scheduler: String, keys: Option<ClusterKeys>) {
+    let scheduler_url = format!("{}://{scheduler}", if keys.is_some() { "https" } else { "http" });
     let waited = std::time::Instant::now();
     let id = loop {
         if let Some(id) = EXECUTOR_ID.get() {
@@ -227,7 +307,13 @@ async fn keep_alive(scheduler_url: String) {
             return;
         }
         if client.is_none() {
-            client = SchedulerGrpcClient::connect(scheduler_url.clone()).await.ok();
+            client = match &keys {
+                Some(keys) => match keys.endpoint(&scheduler) {
+                    Ok(endpoint) => endpoint.connect().await.ok().map(SchedulerGrpcClient::new),
+                    Err(_) => None,
+                },
+                None => SchedulerGrpcClient::connect(scheduler_url.clone()).await.ok(),
+            };
         }
         let Some(scheduler) = client.as_mut() else { continue };
         let params = HeartBeatParams {

@@ -9,7 +9,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ballista_core::serde::protobuf::GetJobStatusParams;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use embedding_pipeline::campaign::Fingerprint;
+use embedding_pipeline::cluster::access::SERVER_NAME;
+use embedding_pipeline::cluster::{ClusterKeys, check_keys_match};
 use embedding_pipeline::metrics::RunMetrics;
 use embedding_pipeline::udf::EmbedUdf;
 use embedding_pipeline::udf::embed::HostOptions;
@@ -43,6 +47,8 @@ struct Cluster {
     scheduler_port: u16,
     scheduler: Child,
     executors: Vec<(Child, PathBuf)>,
+    /// The executors' results ports.
+    executor_ports: Vec<u16>,
     /// The scheduler's warnings and errors.
     log: PathBuf,
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
@@ -57,11 +63,22 @@ impl Cluster {
 
     /// With a scheduler that takes an executor for lost after `timeout` seconds without a heartbeat.
     fn start_with(dir: &Path, executors: usize, timeout: u64) -> Cluster {
+        Self::launch(dir, executors, timeout, &[])
+    }
+
+    /// Two executors, the scheduler and they given the cluster's keys in `keys`.
+    fn keyed(dir: &Path, keys: &Path) -> Cluster {
+        Self::launch(dir, 2, 180, &["--cluster-keys".as_ref(), keys.as_os_str()])
+    }
+
+    /// `extra` given to each process.
+    fn launch(dir: &Path, executors: usize, timeout: u64, extra: &[&std::ffi::OsStr]) -> Cluster {
         let one_at_a_time = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let scheduler_port = free_port();
         let scheduler = Command::new(env!("CARGO_BIN_EXE_pipeline"))
             .args(["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")])
             .args(["--executor-timeout", &timeout.to_string()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("scheduler.log")).unwrap())
             .spawn()
@@ -71,6 +88,7 @@ impl Cluster {
             scheduler_port,
             scheduler,
             executors: Vec::new(),
+            executor_ports: Vec::new(),
             log: dir.join("scheduler.log"),
             _one_at_a_time: one_at_a_time,
         };
@@ -84,6 +102,7 @@ impl Cluster {
             let child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
                 .args(["executor", "--scheduler", &format!("127.0.0.1:{scheduler_port}")])
                 .args(["--bind", &format!("127.0.0.1:{port}"), "--intra-threads", "1", "--concurrent-tasks", "1"])
+                .args(extra)
                 .arg("--work-dir")
                 .arg(&work)
                 .current_dir(&hosts)
@@ -93,6 +112,7 @@ impl Cluster {
             cluster.executors.push((child, work));
             let (child, _) = cluster.executors.last_mut().unwrap();
             wait_for_port(port, "an executor", child);
+            cluster.executor_ports.push(port);
         }
         cluster
     }
@@ -596,4 +616,111 @@ fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
     assert!(err.contains("nothing was committed"), "{err}");
     assert!(!dir.join("other/docs.lance/_versions").exists(), "a refused job left a version");
     drop(cluster);
+}
+
+#[test]
+fn a_cluster_with_keys_takes_only_clients_and_executors_with_the_same_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    fortunes_in_parts(dir.path(), 200, 2);
+    let keys = dir.path().join("keys");
+    let made = pipeline(&["cluster-keys", keys.to_str().unwrap()], dir.path());
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let other = dir.path().join("other-keys");
+    assert!(pipeline(&["cluster-keys", other.to_str().unwrap()], dir.path()).status.success());
+
+    let cluster = Cluster::keyed(dir.path(), &keys);
+    let url = cluster.url();
+    // With the keys: the same vectors as here, fetched from both executors, and a join whose shuffle one
+    // executor reads from the other.
+    let query = format!(
+        "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
+         SELECT id, embed(text) AS v FROM docs",
+        model_dir().display()
+    );
+    let args = ["run", "-q", "--format", "ndjson", "--maxrows", "inf", "-c", &query];
+    let here = vectors_by_id(&pipeline(&args, dir.path()));
+    let keyed = ["--cluster", &url, "--cluster-keys", keys.to_str().unwrap()];
+    let there = vectors_by_id(&pipeline(&[&args[..], &keyed].concat(), dir.path()));
+    assert_eq!(there.len(), 200);
+    assert_eq!(there, here);
+    let join = "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
+                SELECT count(*) AS n FROM docs a JOIN docs b ON a.id = b.id";
+    let joined = pipeline(&[&["run", "-q", "--format", "csv", "-c", join][..], &keyed].concat(), dir.path());
+    assert_eq!(String::from_utf8_lossy(&joined.stdout), "n\n200\n", "{}", String::from_utf8_lossy(&joined.stderr));
+
+    // Without keys, or with another cluster's: refused before any statement, saying what to give.
+    let o = pipeline(&["run", "--cluster", &url, "-c", "SELECT 1"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("without the cluster's keys") && err.contains("--cluster-keys"),
+        "{err}"
+    );
+    let o =
+        pipeline(&["run", "--cluster", &url, "--cluster-keys", other.to_str().unwrap(), "-c", "SELECT 1"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("other keys") && err.contains("other-keys"), "{err}");
+    // An executor without them does not join.
+    let o = pipeline(
+        &[
+            "executor",
+            "--scheduler",
+            &format!("127.0.0.1:{}", cluster.scheduler_port),
+            "--bind",
+            &format!("127.0.0.1:{}", free_port()),
+        ],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("without the cluster's keys"), "{err}");
+
+    // An executor's results port: no answer in plain gRPC, nor over TLS without the keys' certificate; an
+    // answer (this is no scheduler) with them.
+    let executor = format!("df://127.0.0.1:{}", cluster.executor_ports[0]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let loaded = ClusterKeys::load(&keys).unwrap();
+    runtime.block_on(async {
+        let e = check_keys_match(&executor, None).await.unwrap_err().to_string();
+        assert!(e.contains("without the cluster's keys"), "{e}");
+        let authority = tonic::transport::Certificate::from_pem(std::fs::read(keys.join("ca.pem")).unwrap());
+        let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(authority).domain_name(SERVER_NAME);
+        let endpoint =
+            tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{}", cluster.executor_ports[0]))
+                .unwrap()
+                .tls_config(tls)
+                .unwrap();
+        let refused = match endpoint.connect().await {
+            Err(_) => true,
+            Ok(channel) => SchedulerGrpcClient::new(channel)
+                .get_job_status(GetJobStatusParams { job_id: String::new() })
+                .await
+                .is_err_and(|s| matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)),
+        };
+        assert!(refused, "a client without the cluster's certificate was answered");
+        check_keys_match(&executor, Some(&loaded)).await.unwrap();
+    });
+    drop(cluster);
+}
+
+#[test]
+fn without_keys_nothing_listens_where_other_hosts_reach_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    for args in [
+        vec!["scheduler".to_string(), "--bind".into(), format!("0.0.0.0:{port}")],
+        vec![
+            "executor".into(),
+            "--scheduler".into(),
+            format!("127.0.0.1:{port}"),
+            "--bind".into(),
+            format!("0.0.0.0:{port}"),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = pipeline(&args, dir.path());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("will not listen on 0.0.0.0") && err.contains("pipeline cluster-keys"),
+            "{err}"
+        );
+    }
 }
