@@ -1,8 +1,11 @@
 //! The checks every write passes before anything is embedded, whoever plans it: `pipeline run`, a Rust program
 //! calling `ctx.sql("COPY …")` on an [`crate::EmbedSession`], `pipeline compare-order` or a future binding. They
-//! sit in the session's query planner, which every statement goes through on its way to execution:
-//! - a write into Lance has non-NULL, unique ids in the rows it is left to write (the done ids are dropped by
-//!   then, see [`super::resume`]), so no id is written twice;
+//! sit in the session's query planner, which every statement goes through on its way to execution (an
+//! `EXPLAIN ANALYZE` of a write, which writes, included):
+//! - a write into Lance has non-NULL, unique ids over its whole output, the rows already written included (a
+//!   repeated id is the corpus's fault whether or not one of its rows is done; [`super::resume`] drops the done
+//!   ids from what is embedded), so no id is written twice; and a resume that could drop done ids only after
+//!   embedding them is refused;
 //! - a COPY into a file format does not replace an existing file or write among a folder's files unless the
 //!   job sets `embed.overwrite`.
 //!
@@ -22,7 +25,7 @@ use datafusion::logical_expr::{JoinType, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 
-use super::resume::{ExistingIds, write_target};
+use super::resume::{ExistingIds, executed, write_target};
 use crate::campaign::ids::{IdCheck, check_ids};
 use crate::error::Error;
 use crate::metrics::RunMetrics;
@@ -45,7 +48,9 @@ impl CheckedPlanner {
 impl QueryPlanner for CheckedPlanner {
     async fn create_physical_plan(&self, plan: &LogicalPlan, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
         let options = EmbedOptions::from_config(state.config_options());
-        let target = write_target(plan);
+        // The statement that runs: an EXPLAIN ANALYZE of a write writes, so it is checked as the write.
+        let executed = executed(plan);
+        let target = write_target(executed);
         if let Some(target) = target.as_ref().filter(|t| self.metrics.plan_for(&t.uri).is_none()) {
             // A resume that could drop done ids only after embedding them is refused before anything else runs.
             for table in done_id_tables(&target.input) {
@@ -58,7 +63,7 @@ impl QueryPlanner for CheckedPlanner {
             let all = without_done_joins(target.input.as_ref().clone())?;
             let check = check_write_ids(state, &all, &options.id_column).await?;
             self.metrics.note_ids_checked(&target.uri, check.rows);
-        } else if let LogicalPlan::Copy(copy) = plan
+        } else if let LogicalPlan::Copy(copy) = executed
             && target.is_none()
             && !options.overwrite
         {

@@ -60,6 +60,14 @@ pub fn write_target(plan: &LogicalPlan) -> Option<WriteTarget> {
     }
 }
 
+/// The statement a plan executes: an `EXPLAIN ANALYZE`'s (which runs it, writing as it would) or the plan itself.
+pub fn executed(plan: &LogicalPlan) -> &LogicalPlan {
+    match plan {
+        LogicalPlan::Analyze(analyze) => analyze.input.as_ref(),
+        _ => plan,
+    }
+}
+
 fn is_lance_type(copy: &datafusion::logical_expr::dml::CopyTo) -> bool {
     copy.file_type
         .as_any()
@@ -343,6 +351,10 @@ impl AnalyzerRule for ResumeRule {
     }
 
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        if let LogicalPlan::Analyze(_) = plan {
+            // EXPLAIN ANALYZE runs the write: it resumes as the write itself would.
+            return plan.map_children(|write| self.analyze(write, config).map(Transformed::yes)).map(|t| t.data);
+        }
         let options = EmbedOptions::from_config(config);
         let Some(target) = write_target(&plan) else { return Ok(plan) };
         if options.restart {

@@ -192,6 +192,15 @@ impl DataSink for LanceSink {
             Err(lance::Error::DatasetNotFound { .. }) => None,
             Err(e) => return Err(self.lance_err(e)),
         };
+        // An output named by a link to a folder not made yet (a bigger disk, say): Lance would try to make the
+        // link's own path, and fail with "File exists". The folder it points to is made instead.
+        if existing.is_none()
+            && crate::stores::is_local(&self.uri)
+            && let Some(target) = dangling_link(std::path::Path::new(&self.uri))
+        {
+            std::fs::create_dir(&target)
+                .map_err(|e| self.lance_err(format!("cannot make {}, where it links to: {e}", target.display())))?;
+        }
         let ExistingOutput { previous_device, tag_is_current } = match &existing {
             Some(ds) => check_existing(&self.uri, ds, self.fingerprint.as_ref(), &options).await?,
             None => ExistingOutput::default(),
@@ -379,6 +388,12 @@ const LANCE_ENTRIES: [&str; 6] = ["_versions", "data", "_transactions", "_indice
 /// A local output must be a Lance dataset, a dataset whose first commit never finished (data files, no
 /// manifest yet), an empty directory or a free path: never a file, nor a directory of other files,
 /// which the dataset would be written among. An `s3://` output is left to Lance.
+/// Where `path` points when it is a symbolic link to nothing yet (resolved, as the lock takes it).
+fn dangling_link(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let is_link = path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink());
+    (is_link && !path.exists()).then(|| super::lock::real_path(path))
+}
+
 pub(crate) fn check_output_location(uri: &str) -> Result<()> {
     let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
     if let Some((scheme, _)) = uri.split_once("://") {
@@ -392,6 +407,16 @@ pub(crate) fn check_output_location(uri: &str) -> Result<()> {
         ));
     }
     let path = std::path::Path::new(uri);
+    if let Some(target) = dangling_link(path) {
+        // Written through: the target folder is made when the first rows are (see [`LanceSink::write_all`]).
+        return match target.parent() {
+            Some(parent) if parent.is_dir() => Ok(()),
+            _ => refuse(format!(
+                "is a symbolic link to {}, whose folder does not exist; make it first, or write to another path",
+                target.display()
+            )),
+        };
+    }
     if let Some(file) = path.ancestors().skip(1).find(|a| a.exists() && !a.is_dir()) {
         return refuse(format!(
             "{} is a file, so nothing can be written under it; choose an output path in a directory",

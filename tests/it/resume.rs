@@ -432,3 +432,30 @@ fn an_insert_into_a_lance_table_says_what_is_done_and_adds_the_rest() {
     assert!(o.status.success() && out.contains("resuming: 8 of 20 already done"), "{out}{}", stderr(&o));
     assert_every_id_once(&inspect(d, "out.lance"), 20);
 }
+
+/// `EXPLAIN ANALYZE` runs the write it explains: it resumes, and checks the ids, as the write does.
+#[test]
+fn an_explain_analyze_of_a_write_resumes_and_checks_ids_as_the_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 20, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    let sql = std::fs::read_to_string(d.join("job.sql")).unwrap();
+    std::fs::write(d.join("first.sql"), sql.replace("FROM docs)", "FROM docs WHERE id < 'doc-00008')")).unwrap();
+    assert!(pipeline(&["run", "first.sql"], d).status.success());
+    std::fs::write(d.join("explained.sql"), sql.replace("COPY (", "EXPLAIN ANALYZE COPY (")).unwrap();
+    let o = pipeline(&["run", "explained.sql"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_every_id_once(&inspect(d, "out.lance"), 20);
+
+    // A repeated id: refused before anything is written.
+    corpus(d, 20, &[r#"{"id": "doc-00003", "text": "again"}"#]);
+    std::fs::write(
+        d.join("again.sql"),
+        sql.replace("COPY (", "EXPLAIN ANALYZE COPY (").replace("out.lance", "new.lance"),
+    )
+    .unwrap();
+    let o = pipeline(&["run", "again.sql"], d);
+    assert!(!o.status.success() && stderr(&o).contains("doc-00003"), "{}", stderr(&o));
+    assert!(!d.join("new.lance/_versions").exists());
+}

@@ -235,3 +235,28 @@ async fn a_copy_over_an_existing_file_is_refused_unless_the_job_sets_overwrite()
     assert!(sql(&s, &to_parquet).await.is_err(), "a second COPY to the same new file is refused too");
     sql(&s, &format!("SET embed.overwrite = true; {to_parquet}")).await.unwrap();
 }
+
+/// An output named by a symbolic link to a folder not made yet (a bigger disk, as a user may) is written
+/// there; a link into a folder that does not exist is refused before anything is embedded. (Lance failed
+/// after embedding with "File exists".)
+#[tokio::test]
+async fn a_write_through_a_link_to_a_new_folder_lands_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    corpus(tmp.path(), 4);
+    let s = tables(tmp.path()).await;
+    let big = tmp.path().join("big");
+    std::fs::create_dir(&big).unwrap();
+    let link = tmp.path().join("out.lance");
+    std::os::unix::fs::symlink(big.join("out.lance"), &link).unwrap();
+    let copy =
+        |to: &Path| format!("COPY (SELECT id, embed(text) AS embedding FROM a) TO '{}' STORED AS LANCE", to.display());
+    sql(&s, &copy(&link)).await.unwrap();
+    let (rows, distinct, _) = written(&big.join("out.lance").display().to_string()).await;
+    assert_eq!((rows, distinct), (4, 4));
+
+    let nowhere = tmp.path().join("nowhere.lance");
+    std::os::unix::fs::symlink(tmp.path().join("missing/out.lance"), &nowhere).unwrap();
+    let err = sql(&s, &copy(&nowhere)).await.unwrap_err().to_string();
+    assert!(err.contains("symbolic link") && err.contains("missing/out.lance"), "{err}");
+    assert_eq!(s.metrics().embed_stats().docs, 4, "nothing more was embedded");
+}
