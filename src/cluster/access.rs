@@ -234,7 +234,7 @@ mod tests {
         for name in [AUTHORITY, NODE_CERT] {
             std::fs::write(other.join(name), "not a certificate").unwrap();
         }
-        std::fs::OpenOptions::new().write(true).create(true).mode(0o600).open(other.join(NODE_KEY)).unwrap();
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(other.join(NODE_KEY)).unwrap();
         let e = ClusterKeys::load(&other).unwrap_err().to_string();
         assert!(e.contains("not a PEM certificate"), "{e}");
     }
