@@ -17,7 +17,7 @@ use super::lineage;
 use crate::error::{Error, Result};
 use crate::model::CallSettings;
 use crate::model::ModelSpec;
-use crate::model::onnx_weights::weight_types;
+use crate::model::onnx_weights::{external_data_files, weight_types};
 use crate::options::EmbedOptions;
 
 /// Metadata key of the fingerprint, in field metadata and in Lance schema metadata.
@@ -28,7 +28,8 @@ pub const FINGERPRINT_KEY: &str = "embedding_pipeline.fingerprint";
 pub struct Fingerprint {
     /// The model directory's name.
     pub model: String,
-    /// sha256 of the ONNX graph file.
+    /// sha256 of the ONNX graph file; for a graph with its weights in external data files, of the graph's and
+    /// every one of those files' digests together ([`model_sha256`]).
     pub model_sha256: String,
     /// Element type of most of the model's weights: `float32`, `float16`, `int8`… (read from the ONNX
     /// file; empty in fingerprints written before it was recorded).
@@ -72,7 +73,7 @@ impl Fingerprint {
         let lineage = lineage::read(&spec.dir)?;
         let fingerprint = Self {
             model: spec.name(),
-            model_sha256: sha256_file(&spec.onnx_path)?,
+            model_sha256: model_sha256(&spec.onnx_path)?,
             model_dtype: model_dtype(&spec.onnx_path)?,
             tokenizer_sha256: sha256_file(&spec.tokenizer_path)?,
             max_tokens: settings.max_tokens,
@@ -200,6 +201,25 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     })
 }
 
+/// The digest of everything an ONNX model's vectors depend on: the graph file's sha256 when it holds its
+/// weights (as before external data was counted, so existing fingerprints stay valid); otherwise the sha256 of
+/// the lines `onnx <graph sha256>` and `<location> <sha256>` for each external data file, in name order. (A
+/// model over 2 GB keeps its weights in external data: with the graph's digest alone, two models that differ
+/// only in their weights had one fingerprint and could share a dataset.)
+pub fn model_sha256(onnx: &Path) -> Result<String> {
+    let graph = sha256_file(onnx)?;
+    let files = cached_file_fact(onnx, "external data", || Ok(external_data_files(onnx)?.join("\n")))?;
+    if files.is_empty() {
+        return Ok(graph);
+    }
+    let folder = onnx.parent().unwrap_or(Path::new("."));
+    let mut lines = format!("onnx {graph}\n");
+    for file in files.lines() {
+        lines.push_str(&format!("{file} {}\n", sha256_file(&folder.join(file))?));
+    }
+    Ok(Sha256::digest(lines.as_bytes()).iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The dominant element type of an ONNX file's weights. Cached like [`sha256_file`].
 pub fn model_dtype(path: &Path) -> Result<String> {
     cached_file_fact(path, "weights", || Ok(weight_types(path)?.dominant().to_string()))
@@ -233,6 +253,37 @@ fn cached_file_fact(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two models that differ only in the weights their graph keeps in external data have different digests;
+    /// a graph holding its own weights keeps its file's sha256, as fingerprints written before had it.
+    #[test]
+    fn the_model_digest_covers_external_weights() {
+        let tmp = tempfile::tempdir().unwrap();
+        let digest = |name: &str, weights: &[u8]| {
+            let dir = tmp.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(
+                dir.join("model.onnx"),
+                crate::model::onnx_weights::tests::graph_with_external_data(["model.onnx_data", "more.data"]),
+            )
+            .unwrap();
+            std::fs::write(dir.join("model.onnx_data"), weights).unwrap();
+            std::fs::write(dir.join("more.data"), b"shared").unwrap();
+            model_sha256(&dir.join("model.onnx")).unwrap()
+        };
+        let (a, b) = (digest("a", b"first weights"), digest("b", b"other weights"));
+        assert_ne!(a, b);
+        assert_eq!(a, digest("a2", b"first weights"), "the same files, the same digest, wherever they are");
+        assert_ne!(a, sha256_file(&tmp.path().join("a/model.onnx")).unwrap());
+
+        let dir = tmp.path().join("a");
+        std::fs::write(dir.join("model.onnx"), b"").unwrap(); // a new version of the graph file
+        assert!(model_sha256(&dir.join("model.onnx")).is_err(), "not an ONNX graph");
+        let plain = tmp.path().join("plain.onnx");
+        std::fs::write(&plain, crate::model::onnx_weights::tests::graph_with_external_data(["x", "y"])).unwrap();
+        let e = model_sha256(&plain).unwrap_err().to_string();
+        assert!(e.contains("cannot read"), "an external data file that is not there is named: {e}");
+    }
 
     fn sample() -> Fingerprint {
         Fingerprint {

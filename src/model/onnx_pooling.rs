@@ -91,6 +91,7 @@ fn constant(name: &str, dims: &[i64], data_type: i32, raw: &[u8]) -> TensorProto
         data_type: Some(data_type),
         name: Some(name.into()),
         raw_data: Some(Bytes::copy_from_slice(raw)),
+        external_data: vec![],
         data_location: None,
     }
 }

@@ -80,9 +80,21 @@ pub(crate) struct TensorProto {
     /// Decoded from a [`Bytes`] buffer, this shares the buffer instead of copying the weights.
     #[prost(bytes = "bytes", optional, tag = "9")]
     pub raw_data: Option<Bytes>,
+    /// Where external data lives (`location`, `offset`, `length`, `checksum`), when `data_location` is EXTERNAL.
+    #[prost(message, repeated, tag = "13")]
+    pub external_data: Vec<StringStringEntryProto>,
     /// `TensorProto.DataLocation`: 1 is EXTERNAL (the data lives in another file).
     #[prost(int32, optional, tag = "14")]
     pub data_location: Option<i32>,
+}
+
+/// `StringStringEntryProto`.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct StringStringEntryProto {
+    #[prost(string, optional, tag = "1")]
+    pub key: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub value: Option<String>,
 }
 
 /// `TensorProto.DataType` FLOAT and INT64.

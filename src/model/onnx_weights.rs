@@ -47,6 +47,19 @@ fn weight_types_of(model: Bytes) -> Result<WeightTypes, String> {
     Ok(types)
 }
 
+/// The files an ONNX graph keeps weights in besides itself (its initializers' external data `location`s,
+/// relative to the graph's folder), each once, in order.
+pub fn external_data_files(path: &Path) -> Result<Vec<String>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut files = std::collections::BTreeSet::new();
+    for tensor in onnx_proto::decode(Bytes::from(bytes))?.graph.unwrap_or_default().initializer {
+        files.extend(
+            tensor.external_data.into_iter().filter(|e| e.key.as_deref() == Some("location")).filter_map(|e| e.value),
+        );
+    }
+    Ok(files.into_iter().collect())
+}
+
 /// ONNX `TensorProto.DataType` names of the types that weights come in.
 fn weight_type_name(data_type: i32) -> Option<&'static str> {
     Some(match data_type {
@@ -64,7 +77,7 @@ fn weight_type_name(data_type: i32) -> Option<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use prost::Message;
 
     use super::*;
@@ -76,6 +89,7 @@ mod tests {
             data_type: Some(data_type),
             name: Some("w".into()),
             raw_data: Some(Bytes::from(vec![0u8; 40])),
+            external_data: vec![],
             data_location: None,
         }
     }
@@ -83,6 +97,30 @@ mod tests {
     fn model(initializer: Vec<TensorProto>) -> Bytes {
         let graph = GraphProto { initializer, ..Default::default() };
         Bytes::from(ModelProto { graph: Some(graph), opset_import: vec![] }.encode_to_vec())
+    }
+
+    /// A graph whose weights `w` and `b` live in `files` (the second named twice, as a large model's tensors
+    /// share one file).
+    pub(crate) fn graph_with_external_data(files: [&str; 2]) -> Vec<u8> {
+        use crate::model::onnx_proto::StringStringEntryProto;
+        let outside = |name: &str, file: &str| TensorProto {
+            name: Some(name.into()),
+            raw_data: None,
+            external_data: vec![StringStringEntryProto { key: Some("location".into()), value: Some(file.into()) }],
+            data_location: Some(1),
+            ..tensor(&[10], 1)
+        };
+        model(vec![outside("w", files[0]), outside("b", files[1]), outside("c", files[1]), tensor(&[2], 1)]).to_vec()
+    }
+
+    #[test]
+    fn external_data_files_are_listed_once_each_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("model.onnx");
+        std::fs::write(&path, graph_with_external_data(["z.data", "model.onnx_data"])).unwrap();
+        assert_eq!(external_data_files(&path).unwrap(), ["model.onnx_data", "z.data"]);
+        std::fs::write(&path, model(vec![tensor(&[2], 1)])).unwrap();
+        assert!(external_data_files(&path).unwrap().is_empty());
     }
 
     #[test]

@@ -68,6 +68,10 @@ struct PoolingConfig {
     pooling_mode_max_tokens: bool,
     #[serde(default)]
     pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
     #[serde(default = "included")]
     include_prompt: bool,
 }
@@ -83,6 +87,9 @@ struct StConfig {
     prompts: BTreeMap<String, String>,
     #[serde(default)]
     default_prompt_name: Option<String>,
+    /// Vectors cut to their first `truncate_dim` values: not applied here, so refused.
+    #[serde(default)]
+    truncate_dim: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -117,6 +124,7 @@ impl ModelSpec {
             ));
         }
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
+        refuse_other_modules(&dir, &modules)?;
         let normalize = modules.iter().any(|m| m.kind.ends_with("Normalize"));
         let pooling_module = modules
             .iter()
@@ -175,6 +183,18 @@ impl ModelSpec {
             true => read_json(&dir, ST_CONFIG)?,
             false => StConfig::default(),
         };
+        if let Some(n) = st.truncate_dim {
+            return Err(Error::model(
+                &dir,
+                ST_CONFIG,
+                format!(
+                    "truncate_dim {n} is not read by this pipeline (its vectors would have {} values, not {n}); \
+                     remove it from the file to embed at the full dimension, then SET embed.truncate_dim = {n} to \
+                     cut them (normalised after the cut)",
+                    pooling_cfg.word_embedding_dimension
+                ),
+            ));
+        }
         let default_prompt_name = st.default_prompt_name.filter(|n| !n.is_empty());
         if let Some(name) = default_prompt_name.as_ref().filter(|n| !st.prompts.contains_key(*n)) {
             return Err(Error::model(
@@ -259,12 +279,16 @@ fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> 
             }
         };
     }
-    if cfg.pooling_mode_mean_sqrt_len_tokens {
-        return Err(Error::model(
-            dir,
-            file,
-            "pooling_mode_mean_sqrt_len_tokens is not supported; use mean, cls or max",
-        ));
+    // Modes this pipeline does not compute: refused by name, alone or beside another (sentence-transformers
+    // concatenates several; a mode left unread here would have been dropped from the vector silently).
+    for (set, flag) in [
+        (cfg.pooling_mode_mean_sqrt_len_tokens, "pooling_mode_mean_sqrt_len_tokens"),
+        (cfg.pooling_mode_weightedmean_tokens, "pooling_mode_weightedmean_tokens"),
+        (cfg.pooling_mode_lasttoken, "pooling_mode_lasttoken"),
+    ] {
+        if set {
+            return Err(Error::model(dir, file, format!("{flag} is not supported; use mean, cls or max")));
+        }
     }
     let modes = [
         (cfg.pooling_mode_mean_tokens, Pooling::Mean),
@@ -283,6 +307,35 @@ fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> 
             Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported"))
         }
     }
+}
+
+/// The sentence-transformers modules this pipeline runs: the transformer (the ONNX graph), one Pooling and a
+/// Normalize. Any other (Dense, LayerNorm, WordWeights, a CLIP model, a Router, …) would change the vectors in
+/// a way it does not compute, so the model is refused at load, naming the module and its folder.
+fn refuse_other_modules(dir: &Path, modules: &[Module]) -> Result<()> {
+    const RUN: [&str; 3] = ["Transformer", "Pooling", "Normalize"];
+    for module in modules {
+        let name = module.kind.rsplit('.').next().unwrap_or(&module.kind);
+        if RUN.contains(&name) {
+            continue;
+        }
+        let folder = if module.path.is_empty() { String::from("the top folder") } else { module.path.clone() };
+        let why = match name {
+            "CLIPModel" => "images are not supported; this pipeline embeds text with text models",
+            "Dense" => "its projection is not applied by this pipeline, which would give other vectors",
+            _ => "this pipeline runs only Transformer, Pooling and Normalize modules",
+        };
+        return Err(Error::model(
+            dir,
+            "modules.json",
+            format!("module {} ({folder}) is not supported: {why}", module.kind),
+        ));
+    }
+    let poolings = modules.iter().filter(|m| m.kind.ends_with("Pooling")).count();
+    if poolings > 1 {
+        return Err(Error::model(dir, "modules.json", format!("has {poolings} Pooling modules; one is supported")));
+    }
+    Ok(())
 }
 
 /// Where sentence-transformers keeps its prompts.
@@ -321,6 +374,65 @@ mod tests {
         std::fs::write(dir.join("config.json"), r#"{"hidden_size": 8, "max_position_embeddings": 32}"#).unwrap();
         std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
         std::fs::write(dir.join("onnx/model.onnx"), b"").unwrap();
+    }
+
+    /// What sentence-transformers would compute and this pipeline does not is refused at load, by name: a
+    /// Dense module (its projection was silently left out), an image model, pooling modes it does not compute
+    /// (weighted mean beside mean was silently dropped), last-token pooling in its older flag form (which was
+    /// told it set no mode), truncate_dim (read by nothing).
+    #[test]
+    fn modules_and_settings_it_does_not_compute_are_refused_by_name() {
+        let cases: [(&str, &str, &str, &[&str]); 6] = [
+            (
+                "modules.json",
+                r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+                   {"path":"2_Dense","type":"sentence_transformers.models.Dense"},
+                   {"path":"3_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+                "modules.json",
+                &["sentence_transformers.models.Dense", "2_Dense", "projection"],
+            ),
+            (
+                "modules.json",
+                r#"[{"path":"","type":"sentence_transformers.models.CLIPModel"}]"#,
+                "modules.json",
+                &["CLIPModel", "images are not supported"],
+            ),
+            (
+                "1_Pooling/config.json",
+                r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true,
+                    "pooling_mode_weightedmean_tokens": true}"#,
+                "1_Pooling/config.json",
+                &["pooling_mode_weightedmean_tokens is not supported"],
+            ),
+            (
+                "1_Pooling/config.json",
+                r#"{"word_embedding_dimension": 8, "pooling_mode_lasttoken": true}"#,
+                "1_Pooling/config.json",
+                &["pooling_mode_lasttoken is not supported"],
+            ),
+            (
+                "config_sentence_transformers.json",
+                r#"{"truncate_dim": 4}"#,
+                "config_sentence_transformers.json",
+                &["truncate_dim 4 is not read", "8 values", "SET embed.truncate_dim = 4"],
+            ),
+            (
+                "modules.json",
+                r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#,
+                "modules.json",
+                &["2 Pooling modules"],
+            ),
+        ];
+        for (file, text, named, says) in cases {
+            let tmp = tempfile::tempdir().unwrap();
+            write_minimal(tmp.path());
+            std::fs::write(tmp.path().join(file), text).unwrap();
+            let e = ModelSpec::load(tmp.path()).unwrap_err().to_string();
+            assert!(e.contains(named) && says.iter().all(|s| e.contains(s)), "{file}: {e}");
+        }
     }
 
     #[test]
