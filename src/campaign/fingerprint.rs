@@ -17,7 +17,7 @@ use super::lineage;
 use crate::error::{Error, Result};
 use crate::model::CallSettings;
 use crate::model::ModelSpec;
-use crate::model::onnx_weights::{external_data_files, weight_types};
+use crate::model::onnx_weights::read_weights;
 use crate::options::EmbedOptions;
 
 /// Metadata key of the fingerprint, in field metadata and in Lance schema metadata.
@@ -208,13 +208,14 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// only in their weights had one fingerprint and could share a dataset.)
 pub fn model_sha256(onnx: &Path) -> Result<String> {
     let graph = sha256_file(onnx)?;
-    let files = cached_file_fact(onnx, "external data", || Ok(external_data_files(onnx)?.join("\n")))?;
-    if files.is_empty() {
+    let weights = weights_fact(onnx)?;
+    let mut files = weights.lines().skip(1).peekable();
+    if files.peek().is_none() {
         return Ok(graph);
     }
     let folder = onnx.parent().unwrap_or(Path::new("."));
     let mut lines = format!("onnx {graph}\n");
-    for file in files.lines() {
+    for file in files {
         lines.push_str(&format!("{file} {}\n", sha256_file(&folder.join(file))?));
     }
     Ok(Sha256::digest(lines.as_bytes()).iter().map(|b| format!("{b:02x}")).collect())
@@ -222,7 +223,16 @@ pub fn model_sha256(onnx: &Path) -> Result<String> {
 
 /// The dominant element type of an ONNX file's weights. Cached like [`sha256_file`].
 pub fn model_dtype(path: &Path) -> Result<String> {
-    cached_file_fact(path, "weights", || Ok(weight_types(path)?.dominant().to_string()))
+    Ok(weights_fact(path)?.lines().next().unwrap_or_default().to_string())
+}
+
+/// What the graph's initializers say, from one read of the file per file version: the dominant weight type,
+/// then each external data file, a line each.
+fn weights_fact(path: &Path) -> Result<String> {
+    cached_file_fact(path, "weights", || {
+        let weights = read_weights(path)?;
+        Ok(std::iter::once(weights.types.dominant().to_string()).chain(weights.external).collect::<Vec<_>>().join("\n"))
+    })
 }
 
 /// A fact about a file, computed once per file version (path, size, modification time) per process.

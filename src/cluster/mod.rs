@@ -28,12 +28,8 @@ use crate::options::{EmbedConfig, EmbedOptions};
 /// The port a scheduler listens on unless told otherwise (Ballista's).
 pub const DEFAULT_SCHEDULER_PORT: u16 = 50050;
 
-/// The session config every side of a cluster starts from: Ballista's, with the `embed.*` options.
-pub fn config_producer() -> SessionConfig {
-    cluster_config(None)
-}
-
-/// [`config_producer`]'s, reaching the cluster's other processes with its keys where it has them.
+/// The session config every side of a cluster starts from: Ballista's, with the `embed.*` options, reaching
+/// the cluster's other processes with its keys where it has them.
 pub fn cluster_config(keys: Option<&ClusterKeys>) -> SessionConfig {
     let config = SessionConfig::new_with_ballista().with_option_extension(EmbedConfig(EmbedOptions::default()));
     match keys {
@@ -93,14 +89,7 @@ pub fn check_reachable(url: &str) -> crate::Result<SocketAddr> {
 pub async fn check_keys_match(url: &str, keys: Option<&ClusterKeys>) -> crate::Result<()> {
     use ballista_core::serde::protobuf::GetJobStatusParams;
     use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
-    let address = scheduler_address(url)?;
-    let endpoint = match keys {
-        Some(keys) => keys.endpoint(&address)?,
-        None => tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| crate::Error::Cluster(format!("the cluster {url}: {e}")))?
-            .connect_timeout(Duration::from_secs(20))
-            .timeout(Duration::from_secs(20)),
-    };
+    let endpoint = scheduler_endpoint(&scheduler_address(url)?, keys)?;
     let asked = async {
         let channel = endpoint.connect().await.map_err(|e| tonic::Status::unavailable(error_chain(&e)))?;
         // A job id no job has: any answer from the scheduler itself will do.
@@ -131,6 +120,19 @@ pub async fn check_keys_match(url: &str, keys: Option<&ClusterKeys>) -> crate::R
                 refusal(&status)
             ),
         })),
+    }
+}
+
+/// A connection to the scheduler at `address` (`HOST:PORT`): over TLS with the cluster's keys, plain without,
+/// with Ballista's settings for its clients either way.
+pub fn scheduler_endpoint(address: &str, keys: Option<&ClusterKeys>) -> crate::Result<tonic::transport::Endpoint> {
+    match keys {
+        Some(keys) => keys.endpoint(address),
+        None => ballista_core::utils::create_grpc_client_endpoint(
+            format!("http://{address}"),
+            Some(&ballista_core::utils::GrpcClientConfig::default()),
+        )
+        .map_err(|e| crate::Error::Cluster(format!("a connection to {address}: {e}"))),
     }
 }
 

@@ -269,7 +269,13 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ExecutorIdLayer {
 /// for lost, and was reset and restarted for ever. Stops at a stop signal or once Ballista is terminating, so
 /// that its last word to the scheduler (terminating) stays the last.
 async fn keep_alive(scheduler: String, keys: Option<ClusterKeys>) {
-    let scheduler_url = format!("{}://{scheduler}", if keys.is_some() { "https" } else { "http" });
+    let endpoint = match super::scheduler_endpoint(&scheduler, keys.as_ref()) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            tracing::warn!("executor: no heartbeat while busy ({e})");
+            return;
+        }
+    };
     let waited = std::time::Instant::now();
     let id = loop {
         if let Some(id) = EXECUTOR_ID.get() {
@@ -307,15 +313,12 @@ async fn keep_alive(scheduler: String, keys: Option<ClusterKeys>) {
             return;
         }
         if client.is_none() {
-            client = match &keys {
-                Some(keys) => match keys.endpoint(&scheduler) {
-                    Ok(endpoint) => endpoint.connect().await.ok().map(SchedulerGrpcClient::new),
-                    Err(_) => None,
-                },
-                None => SchedulerGrpcClient::connect(scheduler_url.clone()).await.ok(),
+            client = match endpoint.connect().await {
+                Ok(channel) => Some(SchedulerGrpcClient::new(channel)),
+                Err(_) => None,
             };
         }
-        let Some(scheduler) = client.as_mut() else { continue };
+        let Some(connected) = client.as_mut() else { continue };
         let params = HeartBeatParams {
             executor_id: id.clone(),
             metrics: Vec::new(),
@@ -324,8 +327,8 @@ async fn keep_alive(scheduler: String, keys: Option<ClusterKeys>) {
             // ask for work to do, with the executor's whole description.
             metadata: None,
         };
-        if let Err(e) = scheduler.heart_beat_from_executor(params).await {
-            tracing::debug!("executor: heartbeat to {scheduler_url}: {e}");
+        if let Err(e) = connected.heart_beat_from_executor(params).await {
+            tracing::debug!("executor: heartbeat to {scheduler}: {e}");
             client = None;
         }
     }

@@ -30,34 +30,39 @@ impl WeightTypes {
     }
 }
 
-/// Read the weight types of an ONNX file. The error says what is wrong with the file.
-pub fn weight_types(path: &Path) -> Result<WeightTypes, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    weight_types_of(Bytes::from(bytes))
+/// What an ONNX file's initializers say, read in one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GraphWeights {
+    /// Their element types.
+    pub types: WeightTypes,
+    /// The files the graph keeps weights in besides itself (external data `location`s, relative to the
+    /// graph's folder), each once, in order.
+    pub external: Vec<String>,
 }
 
-fn weight_types_of(model: Bytes) -> Result<WeightTypes, String> {
+/// Read an ONNX file's weights. The error says what is wrong with the file.
+pub fn read_weights(path: &Path) -> Result<GraphWeights, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    weights_of(Bytes::from(bytes))
+}
+
+/// Read the weight types of an ONNX file. The error says what is wrong with the file.
+pub fn weight_types(path: &Path) -> Result<WeightTypes, String> {
+    read_weights(path).map(|w| w.types)
+}
+
+fn weights_of(model: Bytes) -> Result<GraphWeights, String> {
     let mut types = WeightTypes::default();
+    let mut external = std::collections::BTreeSet::new();
     for tensor in onnx_proto::decode(model)?.graph.unwrap_or_default().initializer {
         let elements = tensor.dims.iter().fold(1u64, |n, d| n.saturating_mul(u64::try_from(*d).unwrap_or(0)));
         if let Some(name) = weight_type_name(tensor.data_type.unwrap_or(0)) {
             *types.0.entry(name).or_default() += elements;
         }
+        let locations = tensor.external_data.into_iter().filter(|e| e.key.as_deref() == Some("location"));
+        external.extend(locations.filter_map(|e| e.value));
     }
-    Ok(types)
-}
-
-/// The files an ONNX graph keeps weights in besides itself (its initializers' external data `location`s,
-/// relative to the graph's folder), each once, in order.
-pub fn external_data_files(path: &Path) -> Result<Vec<String>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let mut files = std::collections::BTreeSet::new();
-    for tensor in onnx_proto::decode(Bytes::from(bytes))?.graph.unwrap_or_default().initializer {
-        files.extend(
-            tensor.external_data.into_iter().filter(|e| e.key.as_deref() == Some("location")).filter_map(|e| e.value),
-        );
-    }
-    Ok(files.into_iter().collect())
+    Ok(GraphWeights { types, external: external.into_iter().collect() })
 }
 
 /// ONNX `TensorProto.DataType` names of the types that weights come in.
@@ -118,16 +123,16 @@ pub(crate) mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("model.onnx");
         std::fs::write(&path, graph_with_external_data(["z.data", "model.onnx_data"])).unwrap();
-        assert_eq!(external_data_files(&path).unwrap(), ["model.onnx_data", "z.data"]);
+        assert_eq!(read_weights(&path).unwrap().external, ["model.onnx_data", "z.data"]);
         std::fs::write(&path, model(vec![tensor(&[2], 1)])).unwrap();
-        assert!(external_data_files(&path).unwrap().is_empty());
+        assert!(read_weights(&path).unwrap().external.is_empty());
     }
 
     #[test]
     fn counts_weight_elements_per_type_and_picks_the_dominant_one() {
         // int64: a shape constant, not a weight.
         let types =
-            weight_types_of(model(vec![tensor(&[4, 100], 1), tensor(&[300, 2], 3), tensor(&[1000], 7)])).unwrap();
+            weights_of(model(vec![tensor(&[4, 100], 1), tensor(&[300, 2], 3), tensor(&[1000], 7)])).unwrap().types;
         assert_eq!(types.0, BTreeMap::from([("float32", 400), ("int8", 600)]));
         assert_eq!(types.dominant(), "int8");
         assert_eq!(WeightTypes::default().dominant(), "unknown");
@@ -139,18 +144,18 @@ pub(crate) mod tests {
         let tensor = [vec![0x0a, 3, 0xac, 0x02, 2], vec![0x10, 3]].concat();
         let graph = [vec![0x2a, tensor.len() as u8], tensor].concat();
         let model = [vec![0x3a, graph.len() as u8], graph].concat();
-        assert_eq!(weight_types_of(Bytes::from(model)).unwrap().0, BTreeMap::from([("int8", 600)]));
+        assert_eq!(weights_of(Bytes::from(model)).unwrap().types.0, BTreeMap::from([("int8", 600)]));
     }
 
     #[test]
     fn a_damaged_file_is_an_error_not_a_panic() {
         let model = model(vec![tensor(&[4], 1)]);
         for cut in 1..model.len() {
-            let e = weight_types_of(model.slice(..cut)).unwrap_err();
+            let e = weights_of(model.slice(..cut)).unwrap_err();
             assert!(e.starts_with("not an ONNX model"), "cut at {cut}: {e}");
         }
-        assert!(weight_types_of(Bytes::from(vec![0xff; 12])).is_err());
-        assert!(weight_types_of(Bytes::from_static(&[0x0b])).is_err());
-        assert!(weight_types_of(Bytes::new()).unwrap_err().contains("no graph"));
+        assert!(weights_of(Bytes::from(vec![0xff; 12])).is_err());
+        assert!(weights_of(Bytes::from_static(&[0x0b])).is_err());
+        assert!(weights_of(Bytes::new()).unwrap_err().contains("no graph"));
     }
 }
