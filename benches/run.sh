@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | cluster | resume
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -366,6 +366,72 @@ for m, label in (("int8", "int8 (default)"), ("fp32", "float32 export"), ("fp16"
     print(f"| {label} | {walls[m]:.1f} | {tps:,.0f} | {tps/base:.2f}x | {c} |")
 print(f"\n**float32 / int8 = {useful['fp32']/walls['fp32']/base:.2f}x** in useful tokens/s on this CPU. The float16 export is made for GPUs")
 print("(the int8 one does not run there); it runs on the CPU too, its vectors within the export's float16 margin.\n")
+PY
+}
+
+section_shapes() {
+  # The model shapes a 48 GB card is rented for, at their real sizes (random weights: throughput does not depend
+  # on their values): an XLM-RoBERTa base encoder (multilingual-e5-base's body) and a Qwen3 decoder of
+  # Qwen3-Embedding-0.6B's size, both built by tests/fixtures/make_st_shapes.py and exported in float32 by
+  # scripts/export-onnx; the int8 default model as the baseline in the same run. Then pipeline probe's 48 GB split
+  # for the decoder.
+  local n="${BENCH_SHAPES_DOCS:-100}" py m w
+  py=$(scripts/export-onnx --env)
+  corpus "$n" 1 "$WORK/s.jsonl"
+  for m in xlmr-base qwen3-0.6b; do
+    (cd "$WORK" && "$py" "$ROOT/tests/fixtures/make_st_shapes.py" "$m" "$ROOT/models/all-MiniLM-L6-v2" "ckpt-$m" \
+      </dev/null > /dev/null 2>&1)
+    (cd "$WORK" && PIPELINE="$PIPELINE" "$ROOT/scripts/export-onnx" "ckpt-$m" "model-$m" 2> "$WORK/export-$m.txt")
+    MODEL="$WORK/model-$m" job "$WORK/$m.sql" "$WORK/s.jsonl" "$WORK/$m.lance"
+  done
+  job "$WORK/int8.sql" "$WORK/s.jsonl" "$WORK/int8.lance"
+  : > "$WORK/shapes.txt"
+  for m in int8 xlmr-base qwen3-0.6b; do
+    read -r w _ < <(measure "$WORK/$m.sql")
+    echo "$m $w" >> "$WORK/shapes.txt"
+    "$PIPELINE" inspect "$WORK/$m.lance" --json > "$WORK/$m.json"
+  done
+  rm -rf "$WORK/qwen3-0.6b.lance"
+  "$PIPELINE" probe "$WORK/qwen3-0.6b.sql" --max-batch-tokens 1024 > "$WORK/probe.txt" 2>&1 || true
+  python3 - "$n" "$WORK" > "$RESULTS_DIR/shapes.md" <<'PY'
+import json, sys
+n, work = int(sys.argv[1]), sys.argv[2]
+walls = dict((l.split()[0], float(l.split()[1])) for l in open(f"{work}/shapes.txt"))
+def run(m):
+    versions = [v["run"] for v in json.load(open(f"{work}/{m}.json"))["versions"] if v.get("run")]
+    useful = sum(r["useful_tokens"] for r in versions)
+    processed = sum(r["processed_tokens"] for r in versions)
+    return useful, useful / max(processed, 1)
+def verified(m):
+    lines = [l for l in open(f"{work}/export-{m}.txt") if "verified on" in l]
+    return lines[0].split("minimum cosine ")[1].split(",")[0] if lines else "-"
+print("## Model shapes at their real sizes: an XLM-R encoder and a Qwen3 decoder, on the CPU
+")
+print(f"The first {n:,} documents of debian_desc_en at each model's defaults, whole `pipeline run` processes (model load")
+print("included), one run each. The two models are random weights in the real architectures and sizes (XLM-RoBERTa base:")
+print("768 wide, 12 layers, max_seq_length 512, mean pooling; Qwen3 at Qwen3-Embedding-0.6B's size: 1,024 wide, 28 layers,")
+print("16 heads, 8 key/value heads, last-token pooling, max_seq_length 512), with the BERT vocabulary, built by")
+print("tests/fixtures/make_st_shapes.py and exported in float32 by scripts/export-onnx (its check against")
+print("sentence-transformers in the last column). Throughput does not depend on the weights' values.\n")
+print("| model | wall s | useful tokens/s | vs int8 MiniLM | padding efficiency | export's min cosine |")
+print("|---|---|---|---|---|---|")
+base = run("int8")[0] / walls["int8"]
+for m, label in (("int8", "all-MiniLM-L6-v2 int8 (default)"), ("xlmr-base", "XLM-R base, float32"), ("qwen3-0.6b", "Qwen3 0.6B decoder, float32")):
+    useful, eff = run(m)
+    tps = useful / walls[m]
+    print(f"| {label} | {walls[m]:.1f} | {tps:,.0f} | {tps/base:.3f}x | {eff:.3f} | {'-' if m == 'int8' else verified(m)} |")
+print(f"\n**Qwen3 0.6B / int8 MiniLM = {run('qwen3-0.6b')[0]/walls['qwen3-0.6b']/base:.3f}x** in useful tokens/s on this CPU.\n")
+split = [l.rstrip() for l in open(f"{work}/probe.txt")]
+if any(l.startswith("memory split") for l in split):
+    print("`pipeline probe` on the decoder's job (`--max-batch-tokens 1024`): its steps and its 48 GB split (the weights")
+    print("exact from the graph; the card lines estimated from the CPU's working memory, as they say):\n")
+    print("```")
+    for line in split:
+        if line.startswith("recommended") or line.startswith("session layouts"):
+            break
+        if not line.startswith("probe on"):
+            print(line)
+    print("```\n")
 PY
 }
 

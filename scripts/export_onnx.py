@@ -39,8 +39,9 @@ MIN_COSINE = {"float32": 0.99999, "float16": 0.999}
 MAX_CHECK_TEXTS = 1000
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_state.json", "adapter_config.json")
-# What the pipeline runs of a sentence-transformers model: the transformer (exported), pooling and normalisation.
-SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+# What the pipeline runs of a sentence-transformers model: the transformer (exported); pooling, Dense projections
+# and normalisation (read from their module folders by the pipeline).
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 
 # The fixed verification set: the sentence-transformers README's three sentences, short and long texts, other
 # scripts, and a text past every usual max_seq_length (truncation must agree too).
@@ -211,7 +212,13 @@ def export(args):
 
     started = time.monotonic()
     torch.manual_seed(0)
-    model = SentenceTransformer(str(checkpoint), device="cpu")
+    try:
+        model = SentenceTransformer(str(checkpoint), device="cpu", trust_remote_code=args.trust_remote_code)
+    except ValueError as e:
+        if "trust_remote_code" not in str(e) or args.trust_remote_code:
+            raise
+        fail(f"{checkpoint}: the checkpoint's model is its own code (custom modelling files); read them, then "
+             f"export with --trust-remote-code to run them")
     model.eval()
     transformer = model[0]
     auto_model = transformer.auto_model
@@ -366,12 +373,16 @@ def export(args):
 
 
 def copy_configs(checkpoint, out, modules):
-    """Everything of the checkpoint but its weights: tokenizer, configs, the modules' folders."""
+    """Everything of the checkpoint but the transformer's weights: tokenizer, configs, the modules' folders (a
+    Dense module's folder with its weights, which the pipeline applies)."""
     skip = set(WEIGHT_FILES) | set(TRAINING_CONFIG_FILES) | {"onnx", "openvino", "lineage.json"}
+    module_dirs = {m.get("path", "").strip("/") for m in modules} - {""}
     for p in checkpoint.iterdir():
         if p.name in skip or p.name.startswith(".") or p.suffix in (".pt", ".ckpt", ".h5", ".msgpack"):
             continue
-        if p.is_dir():
+        if p.is_dir() and p.name in module_dirs:
+            shutil.copytree(p, out / p.name)
+        elif p.is_dir():
             shutil.copytree(p, out / p.name, ignore=shutil.ignore_patterns(*WEIGHT_FILES))
         else:
             shutil.copy2(p, out / p.name)
@@ -387,6 +398,8 @@ def main():
     p.add_argument("--base-dir", metavar="DIR", help="a local copy of the base model, to hash its weights")
     p.add_argument("--adaptation", choices=["none", "full", "lora-merged"])
     p.add_argument("--check-texts", metavar="FILE")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the checkpoint's own modelling code (nomic, jina and other custom-code models)")
     p.add_argument("--pipeline", required=True)
     export(p.parse_args())
 

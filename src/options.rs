@@ -8,6 +8,7 @@ use datafusion::common::extensions_options;
 use datafusion::error::DataFusionError;
 
 use crate::error::{Error, Result};
+use crate::model::settings::ModelDefaults;
 use crate::model::{CallSettings, Device, Embedder, Order, Placement, Pooling, TruncationSide, registry};
 
 extensions_options! {
@@ -18,8 +19,9 @@ extensions_options! {
         /// Most tokens per text, special tokens included. 0 uses the model's `max_seq_length`.
         pub max_tokens: usize, default = 0
         /// What happens to an over-long text: 'right' cuts its end, 'left' its start, 'error' fails the
-        /// query and names the row.
-        pub truncation: String, default = "right".to_string()
+        /// query and names the row. Empty: the model's own (`truncation_side` in its tokenizer_config.json,
+        /// else right).
+        pub truncation: String, default = String::new()
         /// Text put before every input, for models trained with one (e5: 'passage: ').
         pub prefix: String, default = String::new()
         /// The model's prompt to put before every input (`prompts` in config_sentence_transformers.json):
@@ -50,7 +52,8 @@ extensions_options! {
         /// folder that holds files; off, such a COPY is refused before it runs. (Lance outputs are appended to,
         /// never replaced: see `restart`.)
         pub overwrite: bool, default = false
-        /// Pooling override: 'mean', 'cls' or 'max'. Empty uses the model's 1_Pooling/config.json.
+        /// Pooling override: 'mean', 'cls', 'max', 'mean_sqrt_len_tokens', 'weightedmean', 'lasttoken', or
+        /// several joined by '+' (concatenated). Empty uses the model's 1_Pooling/config.json.
         pub pooling: String, default = String::new()
         /// Normalisation override: 'true' or 'false'. Empty uses the model's modules.json.
         pub normalize: String, default = String::new()
@@ -156,6 +159,10 @@ fn expected(default: &ConfigEntry) -> &'static str {
     }
 }
 
+/// What `embed.pooling` takes.
+const POOLING_HELP: &str = "use 'mean', 'cls', 'max', 'mean_sqrt_len_tokens', 'weightedmean' or 'lasttoken', several \
+                            joined by '+', or '' for the model's own";
+
 /// The whole-number keys that must be at least 1.
 const POSITIVE: [&str; 6] =
     ["commit_rows", "commit_seconds", "commit_bytes", "order_memory", "batch_tokens", "max_batch_rows"];
@@ -212,12 +219,12 @@ impl EmbedOptions {
                 1,
                 "use 0 (the model's max_seq_length) or a whole number of at least 2 (room for the special tokens)",
             )),
-            "truncation" => TruncationSide::parse(&self.truncation)
+            "truncation" if !self.truncation.is_empty() => TruncationSide::parse(&self.truncation)
                 .map(|_| ())
-                .ok_or_else(|| bad(key, &self.truncation, "use 'right', 'left' or 'error'")),
-            "pooling" if !self.pooling.is_empty() => Pooling::parse(&self.pooling)
-                .map(|_| ())
-                .ok_or_else(|| bad(key, &self.pooling, "use 'mean', 'cls' or 'max', or '' for the model's own")),
+                .ok_or_else(|| bad(key, &self.truncation, "use 'right', 'left' or 'error', or '' for the model's own")),
+            "pooling" if !self.pooling.is_empty() => {
+                Pooling::parse(&self.pooling).map(|_| ()).ok_or_else(|| bad(key, &self.pooling, POOLING_HELP))
+            }
             "normalize" => self.normalize_override().map(|_| ()),
             "precision" => self.vector_dtype().map(|_| ()),
             "blank_texts" => self.refuse_blank().map(|_| ()),
@@ -301,26 +308,23 @@ impl EmbedOptions {
     }
 
     /// Resolve overrides against the model defaults, rejecting values that cannot be used.
-    pub fn call_settings(
-        &self,
-        model_max_tokens: usize,
-        model_pooling: Pooling,
-        model_normalize: bool,
-    ) -> Result<CallSettings> {
+    pub fn call_settings(&self, model: &ModelDefaults) -> Result<CallSettings> {
         let max_tokens = match self.max_tokens {
-            0 => model_max_tokens,
+            0 => model.max_tokens,
             n => {
                 self.check("max_tokens")?;
                 n
             }
         };
-        let truncation = TruncationSide::parse(&self.truncation)
-            .ok_or_else(|| bad("truncation", &self.truncation, "use 'right', 'left' or 'error'"))?;
-        let pooling = match self.pooling.as_str() {
-            "" => model_pooling,
-            p => Pooling::parse(p).ok_or_else(|| bad("pooling", p, "use 'mean', 'cls' or 'max'"))?,
+        let truncation = match self.truncation.as_str() {
+            "" => model.truncation,
+            t => TruncationSide::parse(t).ok_or_else(|| bad("truncation", t, "use 'right', 'left' or 'error'"))?,
         };
-        let normalize = self.normalize_override()?.unwrap_or(model_normalize);
+        let pooling = match self.pooling.as_str() {
+            "" => model.pooling,
+            p => Pooling::parse(p).ok_or_else(|| bad("pooling", p, POOLING_HELP))?,
+        };
+        let normalize = self.normalize_override()?.unwrap_or(model.normalize);
         self.check("batch_tokens")?;
         self.check("max_batch_rows")?;
         let order = self.resolved_order()?;
@@ -444,13 +448,19 @@ mod tests {
         assert_eq!(chosen.model_dir(), PathBuf::from("my/model"));
     }
 
+    fn model(truncation: TruncationSide) -> ModelDefaults {
+        ModelDefaults { max_tokens: 256, pooling: Pooling::MEAN, normalize: true, truncation }
+    }
+
     #[test]
     fn defaults_follow_the_model() {
-        let s = EmbedOptions::default().call_settings(256, Pooling::Mean, true).unwrap();
+        let s = EmbedOptions::default().call_settings(&model(TruncationSide::Right)).unwrap();
         assert_eq!(s.max_tokens, 256);
-        assert_eq!(s.pooling, Pooling::Mean);
+        assert_eq!(s.pooling, Pooling::MEAN);
         assert!(s.normalize);
         assert_eq!(s.truncation, TruncationSide::Right);
+        let s = EmbedOptions::default().call_settings(&model(TruncationSide::Left)).unwrap();
+        assert_eq!(s.truncation, TruncationSide::Left, "the tokenizer's truncation_side");
     }
 
     #[test]
@@ -462,11 +472,14 @@ mod tests {
             truncation: "left".into(),
             ..Default::default()
         };
-        let s = o.call_settings(256, Pooling::Mean, true).unwrap();
+        let s = o.call_settings(&model(TruncationSide::Right)).unwrap();
         assert_eq!(
             (s.max_tokens, s.pooling, s.normalize, s.truncation),
-            (16, Pooling::Cls, false, TruncationSide::Left)
+            (16, Pooling::CLS, false, TruncationSide::Left)
         );
+        let o = EmbedOptions { pooling: "mean+weightedmean".into(), truncation: "right".into(), ..Default::default() };
+        let s = o.call_settings(&model(TruncationSide::Left)).unwrap();
+        assert_eq!((s.pooling.name(), s.truncation), ("mean+weightedmean".into(), TruncationSide::Right));
     }
 
     #[test]
@@ -479,7 +492,7 @@ mod tests {
             (EmbedOptions { batch_tokens: 0, ..Default::default() }, "embed.batch_tokens"),
             (EmbedOptions { order: "random".into(), ..Default::default() }, "embed.order"),
         ] {
-            let err = o.call_settings(256, Pooling::Mean, true).unwrap_err().to_string();
+            let err = o.call_settings(&model(TruncationSide::Right)).unwrap_err().to_string();
             assert!(err.contains(key), "{err}");
         }
     }

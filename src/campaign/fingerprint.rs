@@ -64,6 +64,11 @@ pub struct Fingerprint {
     /// [`super::lineage::digest`]). Absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lineage_sha256: String,
+    /// The model's Dense modules after its pooling, when it has any: the sha256 of one line per module, in
+    /// modules.json order, holding its folder and the digests of its config.json and model.safetensors
+    /// ([`dense_sha256`]). Absent from the JSON for a model without them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dense_sha256: String,
 }
 
 impl Fingerprint {
@@ -78,14 +83,15 @@ impl Fingerprint {
             tokenizer_sha256: sha256_file(&spec.tokenizer_path)?,
             max_tokens: settings.max_tokens,
             truncation: settings.truncation.as_str().to_string(),
-            pooling: settings.pooling.as_str().to_string(),
+            pooling: settings.pooling.name(),
             normalize: settings.normalize,
             prefix: settings.prefix.clone(),
             dtype: "float32".to_string(),
-            dim: settings.out_dim(spec.dim),
+            dim: settings.out_dim(spec),
             truncate_dim: settings.truncate_dim,
             prompt_name: String::new(),
             lineage_sha256: lineage.as_ref().map(|l| l.sha256.clone()).unwrap_or_default(),
+            dense_sha256: dense_sha256(spec)?,
         };
         let dir = std::path::absolute(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
         lineage::remember(
@@ -99,17 +105,31 @@ impl Fingerprint {
     /// The settings and fingerprint that `embed.*` options give, resolved against their model.
     pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
         let spec = ModelSpec::load(options.model_dir())?;
-        let mut settings = options.call_settings(spec.max_seq_length, spec.pooling, spec.normalize)?;
+        let mut settings = options.call_settings(&spec.defaults())?;
         let prompt_name = options.apply_model_prompt(&spec, &mut settings)?;
-        if settings.truncate_dim > spec.dim {
+        let pooled = settings.pooling.out_dim(spec.token_dim);
+        if let Some(dense) = spec.dense.first().filter(|d| d.in_features != pooled) {
+            return Err(Error::Option {
+                key: "pooling".into(),
+                value: settings.pooling.name(),
+                message: format!(
+                    "gives {pooled} values, but the model {}'s Dense module ({}) takes {}; leave embed.pooling \
+                     empty for the model's own ({})",
+                    spec.name(),
+                    dense.folder,
+                    dense.in_features,
+                    spec.pooling.name()
+                ),
+            });
+        }
+        let dim = spec.vector_dim(settings.pooling);
+        if settings.truncate_dim > dim {
             return Err(Error::Option {
                 key: "truncate_dim".into(),
                 value: settings.truncate_dim.to_string(),
                 message: format!(
-                    "the model {} makes {}-dimensional vectors; cut to at most {}, or 0 to keep them all",
+                    "the model {} makes {dim}-dimensional vectors; cut to at most {dim}, or 0 to keep them all",
                     spec.name(),
-                    spec.dim,
-                    spec.dim
                 ),
             });
         }
@@ -199,6 +219,20 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         std::io::copy(&mut file, &mut hasher).map_err(|e| format!("cannot read: {e}"))?;
         Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
     })
+}
+
+/// The digest of a model's Dense modules (empty for none): sha256 of a line `<folder> <config.json sha256>
+/// <model.safetensors sha256>` for each, in modules.json order. Their weights and settings shape every vector.
+pub fn dense_sha256(spec: &ModelSpec) -> Result<String> {
+    if spec.dense.is_empty() {
+        return Ok(String::new());
+    }
+    let mut lines = String::new();
+    for d in &spec.dense {
+        let config = sha256_file(&spec.dir.join(&d.folder).join("config.json"))?;
+        lines.push_str(&format!("{} {config} {}\n", d.folder, sha256_file(&d.weights)?));
+    }
+    Ok(format!("{:x}", Sha256::digest(lines.as_bytes())))
 }
 
 /// The digest of everything an ONNX model's vectors depend on: the graph file's sha256 when it holds its
@@ -311,6 +345,7 @@ mod tests {
             truncate_dim: 0,
             prompt_name: String::new(),
             lineage_sha256: String::new(),
+            dense_sha256: String::new(),
         }
     }
 

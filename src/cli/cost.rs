@@ -93,6 +93,10 @@ pub struct CostReport {
     /// The chosen row's name, and why (or why none).
     pub choice: Option<String>,
     pub why: String,
+    /// Whether the model fits a 48 GB and an 80 GB card, from the first trial that probed (see
+    /// [`crate::model::fit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::model::fit::MemorySplit>,
 }
 
 /// The cost of each trial, and the cheapest that meets the deadline with matching vectors.
@@ -144,7 +148,9 @@ pub fn cost(
         })
         .collect();
     let (choice, why) = choose(&rows, deadline_hours);
+    let memory = trials.iter().find_map(|(_, t)| t.probe.as_ref().and_then(|p| p.split.clone()));
     Ok(CostReport {
+        memory,
         currency: prices.map_or_else(dollars, |p| p.currency.clone()),
         placeholder_prices: prices.is_some_and(|p| p.placeholder),
         useful_tokens: tokens,
@@ -285,6 +291,12 @@ fn print_report(r: &CostReport, chart: Option<&Path>) {
     match &r.choice {
         Some(_) => println!("choice: {}", r.why),
         None => println!("no choice: {}", r.why),
+    }
+    match &r.memory {
+        Some(split) => super::probe::print_split(split),
+        None => println!(
+            "memory split: no trial probed (a trial probes unless the job sets embed.batch_tokens or --no-probe is given)"
+        ),
     }
     if let Some(p) = chart {
         println!("chart: {}", p.display());
@@ -448,6 +460,7 @@ mod tests {
             ],
             choice: Some("cpu-1t".into()),
             why: String::new(),
+            memory: None,
         };
         let p = dir.path().join("cost.svg");
         cost_svg(&p, &report).unwrap();

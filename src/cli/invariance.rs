@@ -58,7 +58,7 @@ pub async fn check(
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<InvarianceReport> {
         let all: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         let batched = embedder.embed(&all, &settings)?;
-        let dim = settings.out_dim(embedder.spec().dim);
+        let dim = settings.out_dim(embedder.spec());
         let (mut worst, mut worst_row, mut min_cos) = (0f64, 0usize, f64::INFINITY);
         for (i, t) in texts.iter().enumerate() {
             let alone = embedder.embed(&[Some(t.as_str())], &settings)?;

@@ -36,6 +36,8 @@ use crate::campaign::plan::WORK_LIST_FILE;
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::resume::WriteTarget;
 use crate::memory::{self, mib};
+use crate::model::fit::{MemorySplit, gib};
+use crate::model::onnx_weights::read_weights;
 use crate::model::{CallSettings, Device, TextEmbedder};
 use crate::options::EmbedOptions;
 use crate::plan::TokenCountExec;
@@ -81,6 +83,10 @@ pub struct ProbeReport {
     pub recommended: Option<Recommendation>,
     /// Session layouts tried at the recommended setting.
     pub layouts: Vec<Layout>,
+    /// How a 48 GB and an 80 GB card divide between this model and its calls (absent in reports from
+    /// before it was measured, and when no step fitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<MemorySplit>,
 }
 
 /// One step: calls of `batch_tokens` padded tokens on the longest texts.
@@ -91,6 +97,9 @@ pub struct Step {
     pub padded_length: usize,
     /// Peak memory during the step, bytes (see [`ProbeReport::memory`]).
     pub peak_bytes: u64,
+    /// The step's working memory: its peak less the memory with the model loaded, bytes.
+    #[serde(default)]
+    pub working_bytes: u64,
     pub useful_tokens_per_second: f64,
     /// Whether the peak stayed within the budget's margin.
     pub fits: bool,
@@ -222,6 +231,9 @@ pub fn probe(
     budget: Option<u64>,
     max_batch_tokens: usize,
 ) -> anyhow::Result<ProbeReport> {
+    // The process before the model loads (if this process has not loaded it already): what loading adds is
+    // the session's share on the CPU.
+    let before_load = memory::resident().unwrap_or(0);
     let embedder = options.embedder()?;
     let (settings, _) = Fingerprint::for_options(options)?;
     let longest_tokens = longest[0].1.max(1);
@@ -280,6 +292,10 @@ pub fn probe(
     if let Some(r) = &recommended {
         layouts = try_layouts(options, &meter, &settings, longest, r.batch_tokens)?;
     }
+    for step in &mut steps {
+        step.working_bytes = step.peak_bytes.saturating_sub(loaded);
+    }
+    let split = memory_split(embedder.as_ref(), &meter, &steps, loaded, before_load, longest_tokens)?;
     Ok(ProbeReport {
         device: embedder.device().clone(),
         longest_tokens,
@@ -292,7 +308,37 @@ pub fn probe(
         stopped,
         recommended,
         layouts,
+        split,
     })
+}
+
+/// The 48 GB split from the probe's figures: the weights' exact bytes from the graph, what loading added, and
+/// the working memory per padded token of the largest call that fitted (none when none fitted).
+fn memory_split(
+    embedder: &dyn TextEmbedder,
+    meter: &Meter,
+    steps: &[Step],
+    loaded: u64,
+    before_load: u64,
+    longest_tokens: usize,
+) -> anyhow::Result<Option<MemorySplit>> {
+    let Some(largest) = steps.iter().filter(|s| s.fits && s.error.is_none()).max_by_key(|s| s.batch_tokens) else {
+        return Ok(None);
+    };
+    let spec = embedder.spec();
+    let weights = read_weights(&spec.onnx_path).map_err(|e| spec.onnx_error(e))?;
+    let on_gpu = matches!(meter, Meter::Device(_));
+    let session = if on_gpu { loaded } else { loaded.saturating_sub(before_load) };
+    let per_token = (largest.working_bytes / largest.batch_tokens.max(1) as u64).max(1);
+    let measured_on = format!("{} ({})", embedder.device().device, meter.what());
+    Ok(Some(MemorySplit::new(
+        weights.bytes.into_iter().map(|(t, b)| (t.to_string(), b)).collect(),
+        session,
+        per_token,
+        longest_tokens as u64,
+        measured_on,
+        on_gpu,
+    )))
 }
 
 /// Calls of `batch_tokens` padded tokens on the longest texts: one untimed, then [`TIMED_CALLS`] timed.
@@ -329,6 +375,7 @@ fn measure(
         rows,
         padded_length: padded,
         peak_bytes,
+        working_bytes: 0,
         useful_tokens_per_second: rate,
         fits: error.is_none() && peak_bytes <= usable,
         error,
@@ -470,6 +517,22 @@ impl Meter {
     }
 }
 
+/// The 48 GB split, as `probe` and `cost` print it.
+pub fn print_split(s: &MemorySplit) {
+    let by_type: Vec<String> = s.weights.iter().map(|(t, b)| format!("{t} {}", gib(*b))).collect();
+    println!("memory split, measured on {}:", s.measured_on);
+    println!(
+        "  weights {} ({}, exact from the graph); the session after load {}; working memory {} KiB a padded token",
+        gib(s.weights_bytes),
+        by_type.join(", "),
+        gib(s.session_bytes),
+        s.working_bytes_per_token.div_ceil(1024)
+    );
+    for line in s.statements() {
+        println!("  {line}");
+    }
+}
+
 fn print_report(r: &ProbeReport) {
     println!("probe on {}", r.device);
     println!(
@@ -481,7 +544,7 @@ fn print_report(r: &ProbeReport) {
         mib(r.loaded_bytes)
     );
     println!("  memory: {}", if r.memory.is_empty() { "the process's resident memory (VmHWM)" } else { &r.memory });
-    println!("  batch_tokens   rows  padded length    peak memory  useful tokens/s");
+    println!("  batch_tokens   rows  padded length    peak memory     working  useful tokens/s");
     for s in &r.steps {
         let note = match (&s.error, s.fits) {
             (Some(e), _) => format!("  failed: {e}"),
@@ -489,15 +552,19 @@ fn print_report(r: &ProbeReport) {
             (None, true) => String::new(),
         };
         println!(
-            "  {:>12} {:>6} {:>14} {:>14} {:>16.0}{note}",
+            "  {:>12} {:>6} {:>14} {:>14} {:>11} {:>16.0}{note}",
             s.batch_tokens,
             s.rows,
             s.padded_length,
             mib(s.peak_bytes),
+            mib(s.working_bytes),
             s.useful_tokens_per_second
         );
     }
     println!("  stopped: {}", r.stopped);
+    if let Some(split) = &r.split {
+        print_split(split);
+    }
     let Some(rec) = &r.recommended else { return };
     println!("recommended: embed.batch_tokens = {}: {}", rec.batch_tokens, rec.why);
     for line in &rec.set {
@@ -537,6 +604,7 @@ mod tests {
             rows: batch_tokens / 256,
             padded_length: 256,
             peak_bytes: 0,
+            working_bytes: 0,
             useful_tokens_per_second: rate,
             fits,
             error: None,

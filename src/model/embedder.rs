@@ -14,6 +14,7 @@ use ort::value::TensorElementType;
 
 use crate::error::{Error, Result};
 use crate::model::batching::{Batch, plan_batches, plan_fixed_batches};
+use crate::model::dense::Dense;
 use crate::model::device::CUDA_PROVIDER;
 use crate::model::feed::{Feed, InputMemory};
 use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
@@ -22,7 +23,10 @@ use crate::model::pooling::normalize;
 use crate::model::probe::{PROBE_FILE, Probe, REFUSE_BELOW, WARN_BELOW};
 use crate::model::settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
-use crate::model::{Device, DeviceInfo, ModelSpec, Placement, Pooling, gpu, runtime};
+use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
+
+/// The inputs the pipeline makes for a graph: it feeds those of them the graph declares.
+const FED: [&str; 4] = ["input_ids", "attention_mask", "token_type_ids", "position_ids"];
 
 /// Counters of one embedding call; they add up across calls.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -157,6 +161,10 @@ pub struct Embedder {
     tokenizer: TextTokenizer,
     workers: Vec<Worker>,
     with_token_types: bool,
+    /// The graph takes `position_ids` (0, 1, … for each text's tokens; padding is on the right).
+    with_positions: bool,
+    /// The Dense modules after the pooling, in order.
+    dense: Vec<Dense>,
     output: Output,
     /// The output is float16 (an fp16 export); it is converted to float32 before pooling.
     output_f16: bool,
@@ -172,6 +180,7 @@ impl Embedder {
     /// model's inputs and outputs are ones we can serve.
     pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
+        let dense = spec.dense.iter().map(|d| Dense::load(d, &spec.dir)).collect::<Result<Vec<_>>>()?;
         if let (Some(rows), Some(max_id)) = (spec.vocab_size, tokenizer.max_id())
             && max_id as usize >= rows
         {
@@ -251,12 +260,11 @@ impl Embedder {
                 return Err(bad(format!("has no `{required}` input (inputs: {})", inputs.join(", "))));
             }
         }
-        if let Some(other) = inputs.iter().find(|n| !["input_ids", "attention_mask", "token_type_ids"].contains(n)) {
-            return Err(bad(format!(
-                "has an input `{other}` we cannot feed; expected input_ids, attention_mask, token_type_ids"
-            )));
+        if let Some(other) = inputs.iter().find(|n| !FED.contains(n)) {
+            return Err(bad(format!("has an input `{other}` we cannot feed; expected {}", FED.join(", "))));
         }
         let with_token_types = inputs.contains(&"token_type_ids");
+        let with_positions = inputs.contains(&"position_ids");
 
         let outputs: Vec<(&str, Option<i64>, Option<TensorElementType>)> = session
             .outputs()
@@ -275,12 +283,24 @@ impl Embedder {
                 )));
             }
         };
+        if let (Output::Sentence(_), Some(dense)) = (&output, spec.dense.first()) {
+            return Err(bad(format!(
+                "pools by itself (a `sentence_embedding` output), and modules.json has a Dense module ({}) after \
+                 the pooling: whether the graph applies it cannot be told; export the transformer alone \
+                 (scripts/export-onnx), whose token states the pipeline pools and projects",
+                dense.folder
+            )));
+        }
+        let graph_dim = match output {
+            Output::TokenStates(_) => spec.token_dim,
+            Output::Sentence(_) => spec.pooling.out_dim(spec.token_dim),
+        };
         if let Some(d) = last_dim.filter(|d| *d > 0)
-            && d as usize != spec.dim
+            && d as usize != graph_dim
         {
             return Err(bad(format!(
                 "produces {d}-dimensional vectors but 1_Pooling/config.json says word_embedding_dimension {}",
-                spec.dim
+                spec.token_dim
             )));
         }
         let name = match &output {
@@ -309,6 +329,8 @@ impl Embedder {
             tokenizer,
             workers,
             with_token_types,
+            with_positions,
+            dense,
             output,
             output_f16,
             pooled_in_graph: pooled_in_graph && states_output,
@@ -327,7 +349,7 @@ impl Embedder {
         let settings = CallSettings {
             order: Order::Length,
             max_tokens: self.spec.max_seq_length,
-            truncation: TruncationSide::Right,
+            truncation: self.spec.truncation_side,
             pooling: self.spec.pooling,
             normalize: self.spec.normalize,
             batch_tokens: 1 << 20,
@@ -409,9 +431,14 @@ impl Embedder {
             types = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.type_ids[j] as i64, 0))?;
             inputs.push(("token_type_ids", &types));
         }
+        let positions;
+        if self.with_positions {
+            positions = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |_, j| j as i64, 0))?;
+            inputs.push(("position_ids", &positions));
+        }
         // Compute and copy back only the output used: with mean pooling in the graph, one vector per
         // row instead of every token's state.
-        let in_graph = self.pooled_in_graph && settings.pooling == Pooling::Mean;
+        let in_graph = self.pooled_in_graph && settings.pooling.is_mean();
         let wanted = match &self.output {
             Output::TokenStates(_) if in_graph => POOLED_OUTPUT,
             Output::TokenStates(name) | Output::Sentence(name) => name.as_str(),
@@ -434,19 +461,20 @@ impl Embedder {
         mask: &[i64],
         settings: &CallSettings,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
-        let (rows, dim) = (batch.rows.len(), self.spec.dim);
+        let (rows, dim) = (batch.rows.len(), self.spec.token_dim);
         let in_graph = wanted == POOLED_OUTPUT;
         let (shape, data) = self.extract(&outputs[wanted], self.output_f16 && !in_graph)?;
         let states = matches!(self.output, Output::TokenStates(_)) && !in_graph;
-        let expected = if states { vec![rows, len, dim] } else { vec![rows, dim] };
+        let pooled_dim = if states { settings.pooling.out_dim(dim) } else { shape.last().map_or(0, |d| *d as usize) };
+        let expected = if states { vec![rows, len, dim] } else { vec![rows, pooled_dim] };
         if shape.iter().map(|&d| d as usize).ne(expected.iter().copied()) {
             return Err(Error::Onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
         }
         let pooled = batch.rows.iter().enumerate().map(|(r, &row)| {
             if !states {
-                return (row, data[r * dim..(r + 1) * dim].to_vec());
+                return (row, data[r * pooled_dim..(r + 1) * pooled_dim].to_vec());
             }
-            let mut v = vec![0.0; dim];
+            let mut v = vec![0.0; pooled_dim];
             let (tokens, row_mask) = (&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len]);
             settings.pooling.pool_row(tokens, row_mask, dim, &mut v);
             (row, v)
@@ -705,7 +733,7 @@ impl TextEmbedder for Embedder {
         if settings.pooling != self.spec.pooling && matches!(self.output, Output::Sentence(_)) {
             return Err(Error::Option {
                 key: "pooling".into(),
-                value: settings.pooling.as_str().into(),
+                value: settings.pooling.name(),
                 message: "this model's graph pools by itself (it has only a sentence_embedding output)".into(),
             });
         }
@@ -761,10 +789,12 @@ impl TextEmbedder for Embedder {
             stop,
             &busy,
         )?;
-        let dim = settings.out_dim(self.spec.dim);
+        let dim = settings.out_dim(&self.spec);
         let mut vectors = vec![0.0f32; texts.len() * dim];
         let mut valid = vec![false; texts.len()];
-        for ((row, _), mut v) in present.iter().zip(pooled) {
+        for ((row, _), pooled) in present.iter().zip(pooled) {
+            // The Dense modules, in modules.json order, then the cut and the Normalize module.
+            let mut v = self.dense.iter().fold(pooled, |v, dense| dense.apply(&v));
             // Cut before normalising: a Matryoshka prefix is a unit vector of its own.
             v.truncate(dim);
             if settings.normalize {

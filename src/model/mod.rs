@@ -10,15 +10,18 @@
 //! - [`onnx_weights`] reads the element type of a model's weights from its ONNX file.
 //! - `onnx_proto` (crate-private) holds the ONNX protobuf messages those two read and write, for prost.
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
-//! - [`pooling`] turns token states into one vector per text.
+//! - [`pooling`] turns token states into one vector per text; [`dense`] projects it (a Dense module).
 //! - [`probe`] holds a model's reference vectors, checked when it loads.
+//! - [`fit`] divides a card's memory between a model and its calls (the 48 GB split).
 //! - [`settings`] are what shapes each model call, resolved by the caller.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
 
 pub mod batching;
+pub mod dense;
 pub mod device;
 pub mod embedder;
 pub mod feed;
+pub mod fit;
 pub mod gpu;
 pub mod onnx_pooling;
 pub(crate) mod onnx_proto;
@@ -34,7 +37,7 @@ pub mod tokenize;
 
 pub use device::{CudaInfo, Device, DeviceInfo, Placement};
 pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder, node_placement};
-pub use pooling::Pooling;
+pub use pooling::{Pooling, PoolingMode};
 pub use settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 pub use spec::ModelSpec;
 pub use tokenize::TruncationSide;

@@ -35,6 +35,9 @@ impl WeightTypes {
 pub struct GraphWeights {
     /// Their element types.
     pub types: WeightTypes,
+    /// Their bytes by element type (elements times the type's size; int4 and uint4 are half a byte), exact:
+    /// what the weights take in memory once loaded.
+    pub bytes: BTreeMap<&'static str, u64>,
     /// The files the graph keeps weights in besides itself (external data `location`s, relative to the
     /// graph's folder), each once, in order.
     pub external: Vec<String>,
@@ -53,16 +56,29 @@ pub fn weight_types(path: &Path) -> Result<WeightTypes, String> {
 
 fn weights_of(model: Bytes) -> Result<GraphWeights, String> {
     let mut types = WeightTypes::default();
+    let mut bytes = BTreeMap::new();
     let mut external = std::collections::BTreeSet::new();
     for tensor in onnx_proto::decode(model)?.graph.unwrap_or_default().initializer {
         let elements = tensor.dims.iter().fold(1u64, |n, d| n.saturating_mul(u64::try_from(*d).unwrap_or(0)));
         if let Some(name) = weight_type_name(tensor.data_type.unwrap_or(0)) {
             *types.0.entry(name).or_default() += elements;
+            *bytes.entry(name).or_default() += elements.saturating_mul(bits_of(name)).div_ceil(8);
         }
         let locations = tensor.external_data.into_iter().filter(|e| e.key.as_deref() == Some("location"));
         external.extend(locations.filter_map(|e| e.value));
     }
-    Ok(GraphWeights { types, external: external.into_iter().collect() })
+    Ok(GraphWeights { types, bytes, external: external.into_iter().collect() })
+}
+
+/// Bits per element of a weight type named by [`weight_type_name`].
+fn bits_of(name: &str) -> u64 {
+    match name {
+        "float64" => 64,
+        "float32" => 32,
+        "float16" | "bfloat16" => 16,
+        "uint4" | "int4" => 4,
+        _ => 8,
+    }
 }
 
 /// ONNX `TensorProto.DataType` names of the types that weights come in.
@@ -131,9 +147,13 @@ pub(crate) mod tests {
     #[test]
     fn counts_weight_elements_per_type_and_picks_the_dominant_one() {
         // int64: a shape constant, not a weight.
-        let types =
-            weights_of(model(vec![tensor(&[4, 100], 1), tensor(&[300, 2], 3), tensor(&[1000], 7)])).unwrap().types;
-        assert_eq!(types.0, BTreeMap::from([("float32", 400), ("int8", 600)]));
+        let weights =
+            weights_of(model(vec![tensor(&[4, 100], 1), tensor(&[300, 2], 3), tensor(&[1000], 7), tensor(&[3], 22)]))
+                .unwrap();
+        let types = weights.types;
+        assert_eq!(types.0, BTreeMap::from([("float32", 400), ("int4", 3), ("int8", 600)]));
+        // Bytes: 4 a float32, 1 an int8, half an int4 (rounded up).
+        assert_eq!(weights.bytes, BTreeMap::from([("float32", 1600), ("int4", 2), ("int8", 600)]));
         assert_eq!(types.dominant(), "int8");
         assert_eq!(WeightTypes::default().dominant(), "unknown");
     }

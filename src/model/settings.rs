@@ -1,7 +1,7 @@
 //! What shapes each model call (ordering, truncation, pooling, normalisation, batch budgets), resolved
 //! by the caller (the SQL side resolves its `embed.*` options into these) before the model sees them.
 
-use crate::model::{Pooling, TruncationSide};
+use crate::model::{ModelSpec, Pooling, TruncationSide};
 
 /// How rows are grouped into model calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,17 @@ pub enum Order {
 
 /// Rows per model call in the 'original' order: sentence-transformers' default batch size.
 pub const ORIGINAL_BATCH_ROWS: usize = 32;
+
+/// What a model directory says about the settings, before a campaign's options override them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDefaults {
+    /// `max_seq_length`.
+    pub max_tokens: usize,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// The tokenizer's `truncation_side`.
+    pub truncation: TruncationSide,
+}
 
 /// The settings that shape each model call, resolved against the model's own configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,9 +45,9 @@ pub struct CallSettings {
 }
 
 impl CallSettings {
-    /// The length of the vectors these settings make from a model of `model_dim` dimensions.
-    pub fn out_dim(&self, model_dim: usize) -> usize {
-        cut_dim(model_dim, self.truncate_dim)
+    /// The length of the vectors these settings make with this model.
+    pub fn out_dim(&self, spec: &ModelSpec) -> usize {
+        cut_dim(spec.vector_dim(self.pooling), self.truncate_dim)
     }
 }
 

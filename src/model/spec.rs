@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::model::Pooling;
+use crate::model::pooling::PoolingMode;
+use crate::model::settings::ModelDefaults;
+use crate::model::{Pooling, TruncationSide};
 
 /// What a sentence-transformers directory says about its model. Loading it reads only small JSON
 /// files, so it is cheap enough to do while a query is planned.
@@ -21,12 +23,20 @@ pub struct ModelSpec {
     pub tokenizer_path: PathBuf,
     /// `max_seq_length` from `sentence_bert_config.json`.
     pub max_seq_length: usize,
-    /// The pooling mode from the Pooling module's `config.json`.
+    /// The pooling modes from the Pooling module's `config.json`.
     pub pooling: Pooling,
+    /// The Dense modules after the pooling, in modules.json order: each a linear projection and activation.
+    pub dense: Vec<DenseSpec>,
     /// Whether modules.json ends in a Normalize module.
     pub normalize: bool,
-    /// Embedding dimension (`word_embedding_dimension`).
+    /// The token states' dimension (`word_embedding_dimension`, the transformer's hidden size).
+    pub token_dim: usize,
+    /// The vectors' dimension: the pooled vector's (the token dimension times the pooling modes), or the
+    /// last Dense module's `out_features`.
     pub dim: usize,
+    /// `truncation_side` in tokenizer_config.json: which end of an over-long text the model's tokenizer cuts
+    /// (right when it says none).
+    pub truncation_side: TruncationSide,
     /// Padding token id (`pad_token_id` in config.json, 0 when absent).
     pub pad_id: u32,
     /// Rows of the model's token embedding table (`vocab_size` in config.json), when it says.
@@ -59,7 +69,7 @@ struct PoolingConfig {
     #[serde(alias = "embedding_dimension")]
     word_embedding_dimension: usize,
     #[serde(default)]
-    pooling_mode: Option<String>,
+    pooling_mode: Option<OneOrMany>,
     #[serde(default)]
     pooling_mode_cls_token: bool,
     #[serde(default)]
@@ -80,6 +90,92 @@ fn included() -> bool {
     true
 }
 
+/// `pooling_mode`: one mode's name, or a list of them (concatenated).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A Dense module: `nn.Linear(in_features, out_features, bias)` then an activation, as sentence-transformers'
+/// Dense computes it, with its weights in the module folder's `model.safetensors`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenseSpec {
+    /// The module's folder within the model directory (`2_Dense`).
+    pub folder: String,
+    pub in_features: usize,
+    pub out_features: usize,
+    pub bias: bool,
+    pub activation: Activation,
+    /// Adds the input back to the output (`use_residual`), through a projection when the sizes differ.
+    pub residual: bool,
+    /// `model.safetensors` in the folder.
+    pub weights: PathBuf,
+}
+
+/// The activation functions a Dense module can name (`torch.nn.<Name>`) that this pipeline computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Identity,
+    Tanh,
+    Relu,
+    Sigmoid,
+    /// The exact GELU (erf), torch's default.
+    Gelu,
+    /// SiLU (swish).
+    Silu,
+}
+
+impl Activation {
+    /// From a Dense config's `activation_function`: a torch class path, e.g.
+    /// `torch.nn.modules.activation.Tanh`. Absent is sentence-transformers' default, Tanh.
+    fn parse(path: Option<&str>) -> Option<Self> {
+        let Some(path) = path else { return Some(Self::Tanh) };
+        if !path.starts_with("torch.") {
+            return None;
+        }
+        match path.rsplit('.').next()? {
+            "Identity" => Some(Self::Identity),
+            "Tanh" => Some(Self::Tanh),
+            "ReLU" => Some(Self::Relu),
+            "Sigmoid" => Some(Self::Sigmoid),
+            "GELU" => Some(Self::Gelu),
+            "SiLU" => Some(Self::Silu),
+            _ => None,
+        }
+    }
+
+    /// torch's name for it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Identity => "Identity",
+            Self::Tanh => "Tanh",
+            Self::Relu => "ReLU",
+            Self::Sigmoid => "Sigmoid",
+            Self::Gelu => "GELU",
+            Self::Silu => "SiLU",
+        }
+    }
+}
+
+/// A Dense module's `config.json`.
+#[derive(Deserialize)]
+struct DenseConfig {
+    in_features: usize,
+    out_features: usize,
+    #[serde(default = "included")]
+    bias: bool,
+    #[serde(default)]
+    activation_function: Option<String>,
+    #[serde(default)]
+    module_input_name: Option<String>,
+    #[serde(default)]
+    module_output_name: Option<String>,
+    #[serde(default)]
+    use_residual: bool,
+}
+
 /// `config_sentence_transformers.json`: the parts of it that change a vector.
 #[derive(Deserialize, Default)]
 struct StConfig {
@@ -97,10 +193,12 @@ struct SbertConfig {
     max_seq_length: Option<usize>,
 }
 
-/// `tokenizer_config.json`, where sentence-transformers 6 keeps the max_seq_length (as `model_max_length`).
-#[derive(Deserialize)]
+/// `tokenizer_config.json`, where sentence-transformers 6 keeps the max_seq_length (as `model_max_length`), and
+/// where the tokenizer says which end it cuts.
+#[derive(Deserialize, Default)]
 struct TokenizerConfig {
     model_max_length: Option<f64>,
+    truncation_side: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -124,28 +222,40 @@ impl ModelSpec {
             ));
         }
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
-        refuse_other_modules(&dir, &modules)?;
-        let normalize = modules.iter().any(|m| m.kind.ends_with("Normalize"));
-        let pooling_module = modules
-            .iter()
-            .find(|m| m.kind.ends_with("Pooling"))
-            .ok_or_else(|| Error::model(&dir, "modules.json", "has no sentence_transformers.models.Pooling module"))?;
-        let pooling_file = format!("{}/config.json", pooling_module.path.trim_end_matches('/'));
+        let chain = read_chain(&dir, &modules)?;
+        let pooling_file = format!("{}/config.json", chain.pooling.path.trim_end_matches('/'));
         let pooling_cfg: PoolingConfig = read_json(&dir, &pooling_file)?;
         let pooling = pooling_mode(&dir, &pooling_file, &pooling_cfg)?;
+        let token_dim = pooling_cfg.word_embedding_dimension;
+        let mut dim = pooling.out_dim(token_dim);
+        let mut dense = Vec::new();
+        for module in &chain.dense {
+            let spec = read_dense(&dir, module, dim)?;
+            dim = spec.out_features;
+            dense.push(spec);
+        }
+        let tokenizer_cfg: TokenizerConfig = match dir.join("tokenizer_config.json").is_file() {
+            true => read_json(&dir, "tokenizer_config.json")?,
+            false => TokenizerConfig::default(),
+        };
+        let truncation_side = match tokenizer_cfg.truncation_side.as_deref() {
+            None | Some("right") => TruncationSide::Right,
+            Some("left") => TruncationSide::Left,
+            Some(other) => {
+                return Err(Error::model(
+                    &dir,
+                    "tokenizer_config.json",
+                    format!("truncation_side {other:?} is not one of 'right' and 'left'"),
+                ));
+            }
+        };
 
         let sbert: SbertConfig = read_json(&dir, "sentence_bert_config.json")?;
         // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
         // it (transformers writes 1e30 for "no limit", which is no use as one).
         let max_seq_length = match sbert.max_seq_length {
             Some(n) => Some(n),
-            None if dir.join("tokenizer_config.json").is_file() => {
-                read_json::<TokenizerConfig>(&dir, "tokenizer_config.json")?
-                    .model_max_length
-                    .filter(|n| *n >= 2.0 && *n <= 1e6)
-                    .map(|n| n as usize)
-            }
-            None => None,
+            None => tokenizer_cfg.model_max_length.filter(|n| *n >= 2.0 && *n <= 1e6).map(|n| n as usize),
         }
         .filter(|n| *n >= 2)
         .ok_or_else(|| {
@@ -158,7 +268,7 @@ impl ModelSpec {
 
         let hf: HfConfig = read_json(&dir, "config.json")?;
         if let Some(hidden) = hf.hidden_size
-            && hidden != pooling_cfg.word_embedding_dimension
+            && hidden != token_dim
         {
             return Err(Error::model(
                 &dir,
@@ -188,10 +298,9 @@ impl ModelSpec {
                 &dir,
                 ST_CONFIG,
                 format!(
-                    "truncate_dim {n} is not read by this pipeline (its vectors would have {} values, not {n}); \
+                    "truncate_dim {n} is not read by this pipeline (its vectors would have {dim} values, not {n}); \
                      remove it from the file to embed at the full dimension, then SET embed.truncate_dim = {n} to \
-                     cut them (normalised after the cut)",
-                    pooling_cfg.word_embedding_dimension
+                     cut them (normalised after the cut)"
                 ),
             ));
         }
@@ -220,8 +329,11 @@ impl ModelSpec {
             tokenizer_path,
             max_seq_length,
             pooling,
-            normalize,
-            dim: pooling_cfg.word_embedding_dimension,
+            dense,
+            normalize: chain.normalize,
+            token_dim,
+            dim,
+            truncation_side,
             pad_id: hf.pad_token_id.unwrap_or(0),
             vocab_size: hf.vocab_size,
             max_positions: hf.max_position_embeddings,
@@ -229,6 +341,25 @@ impl ModelSpec {
             default_prompt_name,
             include_prompt: pooling_cfg.include_prompt,
         })
+    }
+
+    /// The settings the directory gives, before a campaign's options override them.
+    pub fn defaults(&self) -> ModelDefaults {
+        ModelDefaults {
+            max_tokens: self.max_seq_length,
+            pooling: self.pooling,
+            normalize: self.normalize,
+            truncation: self.truncation_side,
+        }
+    }
+
+    /// The length of the vectors the model's chain makes when its tokens are pooled with `pooling`: the last
+    /// Dense module's `out_features`, or else the pooled vector's length.
+    pub fn vector_dim(&self, pooling: Pooling) -> usize {
+        match self.dense.last() {
+            Some(d) => d.out_features,
+            None => pooling.out_dim(self.token_dim),
+        }
     }
 
     /// The text a prompt name stands for: `''` the model's default prompt (none when it has no default),
@@ -269,73 +400,133 @@ impl ModelSpec {
 }
 
 fn pooling_mode(dir: &Path, file: &str, cfg: &PoolingConfig) -> Result<Pooling> {
-    if let Some(mode) = &cfg.pooling_mode {
-        return match mode.as_str() {
-            "mean" => Ok(Pooling::Mean),
-            "cls" => Ok(Pooling::Cls),
-            "max" => Ok(Pooling::Max),
-            other => {
-                Err(Error::model(dir, file, format!("pooling_mode {other:?} is not supported; use mean, cls or max")))
-            }
-        };
-    }
-    // Modes this pipeline does not compute: refused by name, alone or beside another (sentence-transformers
-    // concatenates several; a mode left unread here would have been dropped from the vector silently).
-    for (set, flag) in [
-        (cfg.pooling_mode_mean_sqrt_len_tokens, "pooling_mode_mean_sqrt_len_tokens"),
-        (cfg.pooling_mode_weightedmean_tokens, "pooling_mode_weightedmean_tokens"),
-        (cfg.pooling_mode_lasttoken, "pooling_mode_lasttoken"),
-    ] {
-        if set {
-            return Err(Error::model(dir, file, format!("{flag} is not supported; use mean, cls or max")));
+    let bad = |m: String| Error::model(dir, file, m);
+    let names: Vec<&str> = match &cfg.pooling_mode {
+        Some(OneOrMany::One(mode)) => vec![mode.as_str()],
+        Some(OneOrMany::Many(modes)) => modes.iter().map(String::as_str).collect(),
+        // The older config: one flag per mode, concatenated in sentence-transformers' order when several are on.
+        None => {
+            let flags = [
+                cfg.pooling_mode_cls_token,
+                cfg.pooling_mode_max_tokens,
+                cfg.pooling_mode_mean_tokens,
+                cfg.pooling_mode_mean_sqrt_len_tokens,
+                cfg.pooling_mode_weightedmean_tokens,
+                cfg.pooling_mode_lasttoken,
+            ];
+            let on: Vec<PoolingMode> =
+                PoolingMode::ALL.into_iter().zip(flags).filter(|(_, on)| *on).map(|(m, _)| m).collect();
+            return Pooling::of(&on).ok_or_else(|| {
+                let flags: Vec<&str> = PoolingMode::ALL.iter().map(|m| m.flag()).collect();
+                bad(format!("sets no pooling mode; set pooling_mode, or one of {}", flags.join(", ")))
+            });
         }
-    }
-    let modes = [
-        (cfg.pooling_mode_mean_tokens, Pooling::Mean),
-        (cfg.pooling_mode_cls_token, Pooling::Cls),
-        (cfg.pooling_mode_max_tokens, Pooling::Max),
-    ];
-    let mut on = modes.iter().filter(|(set, _)| *set).map(|(_, p)| *p);
-    match (on.next(), on.next()) {
-        (Some(p), None) => Ok(p),
-        (None, _) => Err(Error::model(
-            dir,
-            file,
-            "sets no pooling mode; set one of pooling_mode_mean_tokens, _cls_token, _max_tokens",
-        )),
-        (Some(_), Some(_)) => {
-            Err(Error::model(dir, file, "sets more than one pooling mode; concatenated poolings are not supported"))
-        }
-    }
+    };
+    let modes = names
+        .iter()
+        .map(|name| {
+            PoolingMode::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = PoolingMode::ALL.iter().map(|m| m.as_str()).collect();
+                bad(format!("pooling_mode {name:?} is not a sentence-transformers pooling mode ({})", known.join(", ")))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Pooling::of(&modes).ok_or_else(|| bad(format!("pooling_mode names {} modes; 1 to 6 are possible", modes.len())))
 }
 
-/// The sentence-transformers modules this pipeline runs: the transformer (the ONNX graph), one Pooling and a
-/// Normalize. Any other (Dense, LayerNorm, WordWeights, a CLIP model, a Router, …) would change the vectors in
-/// a way it does not compute, so the model is refused at load, naming the module and its folder.
-fn refuse_other_modules(dir: &Path, modules: &[Module]) -> Result<()> {
-    const RUN: [&str; 3] = ["Transformer", "Pooling", "Normalize"];
+/// The module chain of modules.json, in the order sentence-transformers runs it.
+struct Chain<'a> {
+    pooling: &'a Module,
+    dense: Vec<&'a Module>,
+    normalize: bool,
+}
+
+/// The chains this pipeline runs: a Transformer (the ONNX graph), one Pooling, any Dense modules, and a
+/// Normalize at the end, in that order. Any other module (LayerNorm, WordWeights, a CLIP model, a Router, …)
+/// or order would give vectors it does not compute, so the model is refused at load, naming the module and
+/// its folder.
+fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
+    let bad = |m: String| Error::model(dir, "modules.json", m);
+    let kind = |m: &Module| m.kind.rsplit('.').next().unwrap_or(&m.kind).to_string();
+    let folder = |m: &Module| if m.path.is_empty() { String::from("the top folder") } else { m.path.clone() };
     for module in modules {
-        let name = module.kind.rsplit('.').next().unwrap_or(&module.kind);
-        if RUN.contains(&name) {
-            continue;
-        }
-        let folder = if module.path.is_empty() { String::from("the top folder") } else { module.path.clone() };
-        let why = match name {
+        let why = match kind(module).as_str() {
+            "Transformer" | "Pooling" | "Dense" | "Normalize" => continue,
             "CLIPModel" => "images are not supported; this pipeline embeds text with text models",
-            "Dense" => "its projection is not applied by this pipeline, which would give other vectors",
-            _ => "this pipeline runs only Transformer, Pooling and Normalize modules",
+            _ => "this pipeline runs Transformer, Pooling, Dense and Normalize modules",
         };
-        return Err(Error::model(
-            dir,
-            "modules.json",
-            format!("module {} ({folder}) is not supported: {why}", module.kind),
-        ));
+        return Err(bad(format!("module {} ({}) is not supported: {why}", module.kind, folder(module))));
     }
-    let poolings = modules.iter().filter(|m| m.kind.ends_with("Pooling")).count();
+    let poolings = modules.iter().filter(|m| kind(m) == "Pooling").count();
     if poolings > 1 {
-        return Err(Error::model(dir, "modules.json", format!("has {poolings} Pooling modules; one is supported")));
+        return Err(bad(format!("has {poolings} Pooling modules; one is supported")));
     }
-    Ok(())
+    let order: Vec<String> = modules.iter().map(kind).collect();
+    let (Some("Transformer"), Some("Pooling")) = (order.first().map(String::as_str), order.get(1).map(String::as_str))
+    else {
+        if poolings == 0 {
+            return Err(bad("has no sentence_transformers.models.Pooling module".into()));
+        }
+        return Err(bad(format!(
+            "runs {}; the chains this pipeline runs are Transformer, Pooling, any Dense modules, then Normalize",
+            order.join(" → ")
+        )));
+    };
+    let rest = &modules[2..];
+    let normalize = rest.last().is_some_and(|m| kind(m) == "Normalize");
+    let dense: Vec<&Module> = rest[..rest.len() - normalize as usize].iter().collect();
+    if let Some(m) = dense.iter().find(|m| kind(m) != "Dense") {
+        return Err(bad(format!(
+            "has {} ({}) before the end of the chain; the chains this pipeline runs are Transformer, Pooling, any \
+             Dense modules, then Normalize",
+            m.kind,
+            folder(m)
+        )));
+    }
+    Ok(Chain { pooling: &modules[1], dense, normalize })
+}
+
+/// A Dense module's config and weights file, checked against the dimension it takes in.
+fn read_dense(dir: &Path, module: &Module, in_dim: usize) -> Result<DenseSpec> {
+    let folder = module.path.trim_end_matches('/').to_string();
+    let file = format!("{folder}/config.json");
+    let cfg: DenseConfig = read_json(dir, &file)?;
+    let bad = |m: String| Error::model(dir, &file, m);
+    if cfg.in_features != in_dim {
+        return Err(bad(format!("in_features is {} but the module before it gives {in_dim} values", cfg.in_features)));
+    }
+    for (key, name) in [("module_input_name", &cfg.module_input_name), ("module_output_name", &cfg.module_output_name)]
+    {
+        if let Some(name) = name.as_deref().filter(|n| *n != "sentence_embedding") {
+            return Err(bad(format!("{key} {name:?} is not supported: the pipeline projects the sentence embedding")));
+        }
+    }
+    let activation = Activation::parse(cfg.activation_function.as_deref()).ok_or_else(|| {
+        bad(format!(
+            "activation_function {:?} is not one this pipeline computes (torch.nn Identity, Tanh, ReLU, Sigmoid, \
+             GELU or SiLU)",
+            cfg.activation_function.as_deref().unwrap_or_default()
+        ))
+    })?;
+    let weights = dir.join(&folder).join("model.safetensors");
+    if !weights.is_file() {
+        let why = if dir.join(&folder).join("pytorch_model.bin").is_file() {
+            "holds pytorch_model.bin, a pickle this pipeline does not read; save the model again with \
+             sentence-transformers (it writes model.safetensors)"
+        } else {
+            "has no model.safetensors with the projection's weights"
+        };
+        return Err(Error::model(dir, &folder, why));
+    }
+    Ok(DenseSpec {
+        folder,
+        in_features: cfg.in_features,
+        out_features: cfg.out_features,
+        bias: cfg.bias,
+        activation,
+        residual: cfg.use_residual,
+        weights,
+    })
 }
 
 /// Where sentence-transformers keeps its prompts.
@@ -376,21 +567,35 @@ mod tests {
         std::fs::write(dir.join("onnx/model.onnx"), b"").unwrap();
     }
 
-    /// What sentence-transformers would compute and this pipeline does not is refused at load, by name: a
-    /// Dense module (its projection was silently left out), an image model, pooling modes it does not compute
-    /// (weighted mean beside mean was silently dropped), last-token pooling in its older flag form (which was
-    /// told it set no mode), truncate_dim (read by nothing).
+    /// What this pipeline cannot compute is refused at load, by name: a module it does not run (an image
+    /// model, a LayerNorm), a Dense module out of place or with an activation or input it does not compute, a
+    /// pooling mode sentence-transformers does not have, truncate_dim (applied after Normalize without a second
+    /// normalisation, which `embed.truncate_dim` does not do), a second Pooling module.
     #[test]
     fn modules_and_settings_it_does_not_compute_are_refused_by_name() {
-        let cases: [(&str, &str, &str, &[&str]); 6] = [
+        let chain = |kinds: &[(&str, &str)]| {
+            let modules: Vec<String> = kinds
+                .iter()
+                .map(|(path, kind)| format!(r#"{{"path":"{path}","type":"sentence_transformers.models.{kind}"}}"#))
+                .collect();
+            format!("[{}]", modules.join(","))
+        };
+        let dense_after_normalize =
+            chain(&[("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"), ("3_Dense", "Dense")]);
+        let layer_norm = chain(&[("", "Transformer"), ("1_Pooling", "Pooling"), ("2_LayerNorm", "LayerNorm")]);
+        let two_poolings = chain(&[("", "Transformer"), ("1_Pooling", "Pooling"), ("1_Pooling", "Pooling")]);
+        let cases: Vec<(&str, &str, &str, &[&str])> = vec![
             (
                 "modules.json",
-                r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
-                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
-                   {"path":"2_Dense","type":"sentence_transformers.models.Dense"},
-                   {"path":"3_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+                &dense_after_normalize,
                 "modules.json",
-                &["sentence_transformers.models.Dense", "2_Dense", "projection"],
+                &["sentence_transformers.models.Normalize", "2_Normalize", "then Normalize"],
+            ),
+            (
+                "modules.json",
+                &layer_norm,
+                "modules.json",
+                &["sentence_transformers.models.LayerNorm", "2_LayerNorm", "not supported"],
             ),
             (
                 "modules.json",
@@ -398,18 +603,18 @@ mod tests {
                 "modules.json",
                 &["CLIPModel", "images are not supported"],
             ),
+            ("modules.json", &two_poolings, "modules.json", &["2 Pooling modules"]),
             (
                 "1_Pooling/config.json",
-                r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true,
-                    "pooling_mode_weightedmean_tokens": true}"#,
+                r#"{"embedding_dimension": 8, "pooling_mode": ["mean", "median"]}"#,
                 "1_Pooling/config.json",
-                &["pooling_mode_weightedmean_tokens is not supported"],
+                &["pooling_mode \"median\" is not a sentence-transformers pooling mode", "lasttoken"],
             ),
             (
                 "1_Pooling/config.json",
-                r#"{"word_embedding_dimension": 8, "pooling_mode_lasttoken": true}"#,
+                r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": false}"#,
                 "1_Pooling/config.json",
-                &["pooling_mode_lasttoken is not supported"],
+                &["sets no pooling mode", "pooling_mode_lasttoken"],
             ),
             (
                 "config_sentence_transformers.json",
@@ -418,12 +623,10 @@ mod tests {
                 &["truncate_dim 4 is not read", "8 values", "SET embed.truncate_dim = 4"],
             ),
             (
-                "modules.json",
-                r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
-                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
-                   {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#,
-                "modules.json",
-                &["2 Pooling modules"],
+                "tokenizer_config.json",
+                r#"{"truncation_side": "middle"}"#,
+                "tokenizer_config.json",
+                &["truncation_side \"middle\""],
             ),
         ];
         for (file, text, named, says) in cases {
@@ -435,12 +638,67 @@ mod tests {
         }
     }
 
+    /// A Dense module with the model's chain: its config read, its in_features checked against the pooled
+    /// vector (modes x token dimension), and refused by name when it cannot be run as written.
+    #[test]
+    fn reads_dense_modules_and_refuses_what_it_cannot_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        std::fs::write(
+            d.join("modules.json"),
+            r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+               {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+               {"path":"2_Dense","type":"sentence_transformers.models.Dense"},
+               {"path":"3_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("1_Pooling/config.json"),
+            r#"{"embedding_dimension": 8, "pooling_mode": ["cls", "lasttoken"]}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("2_Dense")).unwrap();
+        let dense = |config: &str| std::fs::write(d.join("2_Dense/config.json"), config).unwrap();
+        dense(r#"{"in_features": 16, "out_features": 4, "activation_function": "torch.nn.modules.activation.Tanh"}"#);
+        let e = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(e.contains("2_Dense") && e.contains("no model.safetensors"), "{e}");
+        std::fs::write(d.join("2_Dense/pytorch_model.bin"), b"pickle").unwrap();
+        let e = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(e.contains("pytorch_model.bin") && e.contains("save the model again"), "{e}");
+        std::fs::write(d.join("2_Dense/model.safetensors"), b"").unwrap();
+        let spec = ModelSpec::load(d).unwrap();
+        assert_eq!(
+            (spec.token_dim, spec.dim, spec.pooling.name(), spec.normalize),
+            (8, 4, "cls+lasttoken".into(), true)
+        );
+        assert_eq!((spec.dense[0].activation, spec.dense[0].bias), (Activation::Tanh, true));
+        assert_eq!(spec.vector_dim(Pooling::MEAN), 4, "the last Dense module decides the length");
+
+        for (config, says) in [
+            (r#"{"in_features": 8, "out_features": 4}"#, "in_features is 8 but the module before it gives 16"),
+            (
+                r#"{"in_features": 16, "out_features": 4, "activation_function": "torch.nn.modules.activation.Softmax"}"#,
+                "Softmax",
+            ),
+            (r#"{"in_features": 16, "out_features": 4, "activation_function": "mypkg.Swish"}"#, "mypkg.Swish"),
+            (r#"{"in_features": 16, "out_features": 4, "module_input_name": "token_embeddings"}"#, "module_input_name"),
+        ] {
+            dense(config);
+            let e = ModelSpec::load(d).unwrap_err().to_string();
+            assert!(e.contains("2_Dense/config.json") && e.contains(says), "{config}: {e}");
+        }
+        // Without an activation named, sentence-transformers' default: tanh.
+        dense(r#"{"in_features": 16, "out_features": 4}"#);
+        assert_eq!(ModelSpec::load(d).unwrap().dense[0].activation, Activation::Tanh);
+    }
+
     #[test]
     fn reads_a_complete_directory() {
         let tmp = tempfile::tempdir().unwrap();
         write_minimal(tmp.path());
         let spec = ModelSpec::load(tmp.path()).unwrap();
-        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling, spec.normalize), (8, 16, Pooling::Mean, true));
+        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling, spec.normalize), (8, 16, Pooling::MEAN, true));
         assert!(spec.onnx_path.ends_with("onnx/model.onnx"));
     }
 
@@ -465,7 +723,7 @@ mod tests {
                 Box::new(|d| {
                     std::fs::write(
                         d.join("1_Pooling/config.json"),
-                        r#"{"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true, "pooling_mode_cls_token": true}"#,
+                        r#"{"word_embedding_dimension": 8, "pooling_mode": 3}"#,
                     )
                     .unwrap()
                 }),
@@ -492,7 +750,7 @@ mod tests {
         std::fs::write(d.join("sentence_bert_config.json"), r#"{"transformer_task": "feature-extraction"}"#).unwrap();
         std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 12}"#).unwrap();
         let spec = ModelSpec::load(d).unwrap();
-        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling), (8, 12, Pooling::Cls));
+        assert_eq!((spec.dim, spec.max_seq_length, spec.pooling), (8, 12, Pooling::CLS));
         // transformers' 1e30 means "no limit", which is no max_seq_length.
         std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 1e30}"#).unwrap();
         let err = ModelSpec::load(d).unwrap_err().to_string();
@@ -500,11 +758,16 @@ mod tests {
         std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 12}"#).unwrap();
         std::fs::write(
             d.join("1_Pooling/config.json"),
-            r#"{"embedding_dimension": 8, "pooling_mode": "weightedmean"}"#,
+            r#"{"embedding_dimension": 8, "pooling_mode": ["weightedmean", "mean"]}"#,
         )
         .unwrap();
-        let err = ModelSpec::load(d).unwrap_err().to_string();
-        assert!(err.contains("1_Pooling/config.json") && err.contains("weightedmean"), "{err}");
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"model_max_length": 12, "truncation_side": "left"}"#)
+            .unwrap();
+        let spec = ModelSpec::load(d).unwrap();
+        assert_eq!(
+            (spec.pooling.name(), spec.dim, spec.truncation_side),
+            ("weightedmean+mean".into(), 16, TruncationSide::Left)
+        );
     }
 
     #[test]

@@ -387,7 +387,8 @@ impl ScalarUDFImpl for EmbedDimUdf {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
         let spec = ModelSpec::load(options.model_dir())?;
-        let dim = crate::model::settings::cut_dim(spec.dim, options.truncate_dim);
+        let pooling = crate::model::Pooling::parse(&options.pooling).unwrap_or(spec.pooling);
+        let dim = crate::model::settings::cut_dim(spec.vector_dim(pooling), options.truncate_dim);
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(dim as i32))))
     }
 

@@ -11,12 +11,12 @@ use serde_json::Value;
 use super::cli::{pipeline, text};
 use super::common::{model_dir, write_jsonl};
 
-fn repo() -> &'static Path {
+pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The exporter's python, its environment installed if needed (once per machine: tests share it).
-fn export_python() -> PathBuf {
+pub fn export_python() -> PathBuf {
     let out = Command::new(repo().join("scripts/export-onnx")).arg("--env").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -221,17 +221,15 @@ fn the_exporter_refuses_what_it_cannot_export_and_leaves_out_alone() {
     let dir = tmp.path();
     let ckpt = tiny_checkpoint(dir, "ckpt");
 
-    // A module the pipeline does not run (a Dense layer after pooling): named, nothing written.
+    // A module the pipeline does not run (a LayerNorm after pooling): named, nothing written.
     let modules = std::fs::read_to_string(ckpt.join("modules.json")).unwrap();
     let mut parsed: Vec<Value> = serde_json::from_str(&modules).unwrap();
-    parsed.push(
-        serde_json::json!({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}),
-    );
+    parsed.push(serde_json::json!({"idx": 3, "name": "3", "path": "3_LayerNorm", "type": "sentence_transformers.models.LayerNorm"}));
     std::fs::write(ckpt.join("modules.json"), serde_json::to_string(&parsed).unwrap()).unwrap();
     let o = export(&["ckpt", "out"], dir);
     let (_, err) = text(&o);
     assert!(
-        !o.status.success() && err.contains("sentence_transformers.models.Dense") && err.contains("modules.json"),
+        !o.status.success() && err.contains("sentence_transformers.models.LayerNorm") && err.contains("modules.json"),
         "{err}"
     );
     assert!(!dir.join("out").exists());

@@ -12,6 +12,7 @@ mod lineage;
 mod maintain;
 mod messages;
 mod model;
+mod model_shapes;
 mod order;
 mod plan;
 mod plan_run;

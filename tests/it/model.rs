@@ -240,7 +240,7 @@ fn mean_pooling_in_the_graph_equals_pooling_on_the_host() {
     assert_eq!(**shape, [2, 384]);
     for r in 0..2 {
         let mut host = vec![0.0; 384];
-        Pooling::Mean.pool_row(&states[r * 6 * 384..(r + 1) * 6 * 384], &mask[r * 6..(r + 1) * 6], 384, &mut host);
+        Pooling::MEAN.pool_row(&states[r * 6 * 384..(r + 1) * 6 * 384], &mask[r * 6..(r + 1) * 6], 384, &mut host);
         let diff = host.iter().zip(&in_graph[r * 384..(r + 1) * 384]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
         assert!(diff < 1e-5, "row {r}: max difference {diff}");
     }

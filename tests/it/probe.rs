@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cli::{pipeline, text};
-use crate::common::{docs_job as job, write_jsonl};
+use crate::common::{docs_job as job, model_dir, write_jsonl};
 
 /// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
 /// must find them).
@@ -64,6 +64,23 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert_eq!(free["longest_from"], "a tokenising pass over the corpus");
     assert!(steps.windows(2).all(|w| w[1]["batch_tokens"].as_u64() == w[0]["batch_tokens"].as_u64().map(|b| b * 2)));
 
+    // The 48 GB split: the weights' bytes from the graph (the int8 model's file is its weights and a little
+    // graph), the working memory per step, and a statement per card.
+    let split = &free["split"];
+    let weights = split["weights_bytes"].as_u64().unwrap();
+    let file = std::fs::metadata(model_dir().join("onnx/model.onnx")).unwrap().len();
+    assert!(weights <= file && weights > file * 9 / 10, "weights {weights} of a {file}-byte file: {split}");
+    let by_type: u64 = split["weights"].as_array().unwrap().iter().map(|w| w[1].as_u64().unwrap()).sum();
+    assert_eq!(by_type, weights);
+    assert_eq!(split["weights"][0][0], "float32", "{split}");
+    assert!(split["weights"].as_array().unwrap().iter().any(|w| w[0] == "int8"), "{split}");
+    assert!(split["working_bytes_per_token"].as_u64().unwrap() > 0, "{split}");
+    assert!(steps.iter().all(|s| s["working_bytes"].as_u64().unwrap() <= s["peak_bytes"].as_u64().unwrap()));
+    let cards = split["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 2);
+    assert!(cards.iter().all(|c| c["fits"] == true && c["batch_tokens"].as_u64().unwrap() > 256), "{split}");
+    assert_eq!(split["measured_on_gpu"], false);
+
     // A budget the larger steps pass: the probe stops at it, and a run at its setting stays under it.
     let loaded = free["loaded_bytes"].as_u64().unwrap();
     let budget = (loaded + 256 * 1024 * 1024) * 5 / 4;
@@ -86,6 +103,11 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert!(shown.contains("batch_tokens   rows") && shown.contains("recommended: embed.batch_tokens = "), "{shown}");
     // (Its choice may differ from the run above's: rates within noise of each other.)
     assert!(shown.contains("  SET embed.batch_tokens = ") && shown.contains("stopped: "), "{shown}");
+    assert!(shown.contains("memory split, measured on cpu") && shown.contains("exact from the graph"), "{shown}");
+    assert!(
+        shown.contains("48 GB (RTX A6000, RTX 6000 Ada, A40): fits") && shown.contains("estimated from the CPU"),
+        "{shown}"
+    );
 
     // With a current plan, the longest texts come from its work list, the same ones.
     assert!(pipeline(&["plan", "job.sql"], d).status.success());

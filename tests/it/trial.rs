@@ -128,6 +128,7 @@ fn a_trial_predicts_from_a_stratified_sample_and_cost_prices_two_trials() {
     assert!(o.status.success(), "{err}");
     assert!(out.contains("no choice") && out.contains("would not finish in time"), "{out}");
     assert!(out.contains("PLACEHOLDERS"), "{out}");
+    assert!(out.contains("memory split: no trial probed"), "{out}");
 }
 
 #[test]
@@ -145,6 +146,13 @@ fn a_trial_under_another_fingerprint_than_its_reference_fails_after_probing() {
     assert_eq!(short["settings"]["from"], "the probe");
     assert!(!short["probe"]["steps"].as_array().unwrap().is_empty(), "{short}");
     assert_eq!(short["probe"]["longest_tokens"], 32);
+    // The probe's 48 GB split reaches cost: whether the model fits each card, and what it leaves for calls.
+    let o = pipeline(&["cost", "short.json", "--json"], d);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["memory"], short["probe"]["split"], "{r}");
+    assert_eq!(r["memory"]["cards"][0]["fits"], true, "{r}");
+    let (out, _) = text(&pipeline(&["cost", "short.json"], d));
+    assert!(out.contains("memory split, measured on cpu") && out.contains("80 GB (A100 80GB, H100): fits"), "{out}");
 
     let o = pipeline(&["trial", "job.sql", "--sample", "40", "--save", "long.json", "--reference", "short.lance"], d);
     let (out, err) = text(&o);

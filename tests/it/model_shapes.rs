@@ -1,0 +1,182 @@
+//! The model shapes people bring (issue 34): a tiny, randomly initialised sentence-transformers model of each
+//! shape is built here from a transformers configuration (no hub), exported by scripts/export-onnx (whose own
+//! check compares `pipeline embed` with sentence-transformers), then embedded by `pipeline run` and compared with
+//! sentence-transformers' `encode` of the same texts, which vary in length and run past the model's limit.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::cli::{pipeline, text};
+use super::common::{cosine, model_dir, session_on, sql, strings, vectors};
+use super::lineage::{export_python, repo};
+
+/// Texts from one word to past every shape's limit, in several scripts.
+fn texts() -> Vec<String> {
+    let mut t: Vec<String> = [
+        "Ok",
+        "A man is eating food.",
+        "Zwei Männer stehen am Herd und kochen.",
+        "東京は日本の首都です。",
+        "SELECT id, embed(text) FROM docs ORDER BY length(text) DESC;",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    t.extend(
+        (1..=12).map(|i| format!("document {i}: {}", "the quick brown fox jumps over the lazy dog ".repeat(i * i))),
+    );
+    t
+}
+
+/// Build `shape` in `dir/ckpt` with sentence-transformers' vectors of [`texts`], export it into `dir/model`,
+/// and return the reference vectors by prompt name ("" for none).
+fn build_and_export(dir: &Path, shape: &str) -> Value {
+    let reference = build(dir, shape);
+    let o = export(dir, &[]);
+    let (_, err) = text(&o);
+    assert!(o.status.success() && err.contains("verified on"), "{shape}: export: {err}");
+    reference
+}
+
+/// scripts/export-onnx of `dir/ckpt` into `dir/model`, checked on [`texts`] too.
+fn export(dir: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(repo().join("scripts/export-onnx"))
+        .args(["ckpt", "model", "--check-texts", "texts.jsonl"])
+        .args(extra)
+        .env("PIPELINE", env!("CARGO_BIN_EXE_pipeline"))
+        .stdin(std::process::Stdio::null())
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// Build `shape` in `dir/ckpt`; sentence-transformers' vectors of [`texts`] by prompt name.
+fn build(dir: &Path, shape: &str) -> Value {
+    let lines: Vec<String> = texts().iter().map(|t| serde_json::to_string(t).unwrap()).collect();
+    std::fs::write(dir.join("texts.jsonl"), lines.join("\n") + "\n").unwrap();
+    let o = Command::new(export_python())
+        .arg(repo().join("tests/fixtures/make_st_shapes.py"))
+        .args([shape, &model_dir().display().to_string(), "ckpt", "texts.jsonl", "reference.json"])
+        .stdin(std::process::Stdio::null())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{shape}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap()
+}
+
+/// `pipeline run` of the texts with `set` into `out`; the vectors in text order.
+async fn run(dir: &Path, set: &str, out: &str) -> Vec<Vec<f32>> {
+    let rows: Vec<String> = texts()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| serde_json::json!({ "id": format!("t{i:02}"), "text": t }).to_string())
+        .collect();
+    std::fs::write(dir.join("docs.jsonl"), rows.join("\n") + "\n").unwrap();
+    let job = format!(
+        "SET embed.model = 'model';\n{set}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{out}' STORED AS LANCE;\n"
+    );
+    std::fs::write(dir.join("job.sql"), job).unwrap();
+    let o = pipeline(&["run", "-q", "job.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let path = dir.join(out);
+    let batches = sql(
+        &session_on(&dir.join("model")),
+        &format!(
+            "CREATE EXTERNAL TABLE v STORED AS LANCE LOCATION '{}'; SELECT id, embedding FROM v ORDER BY id",
+            path.display()
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(strings(&batches, "id").len(), texts().len());
+    vectors(&batches, "embedding").into_iter().map(Option::unwrap).collect()
+}
+
+/// Every vector has the reference's length and a cosine of at least 0.9999 with it.
+fn assert_matches(shape: &str, ours: &[Vec<f32>], reference: &Value) {
+    let reference: Vec<Vec<f32>> = serde_json::from_value(reference.clone()).unwrap();
+    assert_eq!(ours.len(), reference.len());
+    for (i, (a, b)) in ours.iter().zip(&reference).enumerate() {
+        assert_eq!(a.len(), b.len(), "{shape}: text {i} has {} values, sentence-transformers {}", a.len(), b.len());
+        let c = cosine(a, b);
+        assert!(c >= 0.9999, "{shape}: text {i}: cosine {c}");
+    }
+}
+
+async fn shape_matches(shape: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = build_and_export(tmp.path(), shape);
+    let ours = run(tmp.path(), "", "out.lance").await;
+    assert_matches(shape, &ours, &reference[""]);
+    tmp
+}
+
+/// BERT with mean and weighted mean concatenated, a Dense 64 -> 16 with tanh, Normalize, and a tokenizer that
+/// cuts on the left: before, the Dense was left out (32 values, not 16), the weighted mean dropped, the cut
+/// made on the right.
+#[tokio::test(flavor = "multi_thread")]
+async fn bert_with_concatenated_pooling_a_dense_and_left_truncation_matches_sentence_transformers() {
+    let tmp = shape_matches("bert-concat-dense").await;
+    let fp = pipeline(&["inspect", "out.lance", "--json"], tmp.path());
+    let report: Value = serde_json::from_slice(&fp.stdout).unwrap();
+    let f = &report["fingerprint"];
+    assert_eq!(
+        (f["pooling"].as_str(), f["truncation"].as_str(), f["dim"].as_u64()),
+        (Some("mean+weightedmean"), Some("left"), Some(16)),
+        "{report}"
+    );
+    assert!(f["dense_sha256"].as_str().is_some_and(|s| s.len() == 64), "{report}");
+}
+
+/// XLM-RoBERTa (pad id 1, positions counted from it) with cls pooling and a Dense 32 -> 32 without activation
+/// or Normalize, LaBSE's shape: before, the dimensions agreed and the vectors did not (cosine -0.17).
+#[tokio::test(flavor = "multi_thread")]
+async fn xlm_roberta_with_cls_and_a_dense_matches_sentence_transformers() {
+    shape_matches("xlmr-cls-dense").await;
+}
+
+/// A Qwen3 decoder with last-token pooling, whose tokenizer pads on the left in sentence-transformers (the
+/// pipeline pads on the right and takes each text's last token), with and without its query prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_qwen3_decoder_with_last_token_pooling_and_its_prompt_matches_sentence_transformers() {
+    let tmp = shape_matches("qwen3-lasttoken").await;
+    let reference =
+        serde_json::from_slice::<Value>(&std::fs::read(tmp.path().join("reference.json")).unwrap()).unwrap();
+    let ours = run(tmp.path(), "SET embed.prompt_name = 'query';", "query.lance").await;
+    assert_matches("qwen3-lasttoken, query prompt", &ours, &reference["query"]);
+}
+
+/// The older pooling config (one flag per mode) with max and mean_sqrt_len_tokens on: concatenated in
+/// sentence-transformers' flag order, max first.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_older_pooling_flags_concatenate_in_sentence_transformers_order() {
+    shape_matches("bert-legacy-max-sqrt").await;
+}
+
+/// ModernBERT (no token_type_ids, global and local attention) with mean pooling.
+#[tokio::test(flavor = "multi_thread")]
+async fn modernbert_with_mean_pooling_matches_sentence_transformers() {
+    shape_matches("modernbert-mean").await;
+}
+
+/// A checkpoint whose model is its own code (config.json's auto_map, as nomic's and jina's): refused without
+/// `--trust-remote-code`, with that advice instead of a traceback, and exported and matched with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_custom_code_checkpoint_exports_only_with_trust_remote_code_and_then_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let reference = build(dir, "bert-remote-code");
+    let o = export(dir, &[]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("--trust-remote-code") && !err.contains("Traceback"), "{err}");
+    assert!(!dir.join("model").exists(), "nothing written");
+    let o = export(dir, &["--trust-remote-code"]);
+    let (_, err) = text(&o);
+    assert!(o.status.success() && err.contains("verified on"), "{err}");
+    let ours = run(dir, "", "out.lance").await;
+    assert_matches("bert-remote-code", &ours, &reference[""]);
+}
