@@ -405,8 +405,7 @@ def run(m):
 def verified(m):
     lines = [l for l in open(f"{work}/export-{m}.txt") if "verified on" in l]
     return lines[0].split("minimum cosine ")[1].split(",")[0] if lines else "-"
-print("## Model shapes at their real sizes: an XLM-R encoder and a Qwen3 decoder, on the CPU
-")
+print("## Model shapes at their real sizes: an XLM-R encoder and a Qwen3 decoder, on the CPU\n")
 print(f"The first {n:,} documents of debian_desc_en at each model's defaults, whole `pipeline run` processes (model load")
 print("included), one run each. The two models are random weights in the real architectures and sizes (XLM-RoBERTa base:")
 print("768 wide, 12 layers, max_seq_length 512, mean pooling; Qwen3 at Qwen3-Embedding-0.6B's size: 1,024 wide, 28 layers,")

@@ -37,6 +37,9 @@ FACET_SCHEMA = "embedding-pipeline:lineage-facet/1"
 OPSET = 17
 MIN_COSINE = {"float32": 0.99999, "float16": 0.999}
 MAX_CHECK_TEXTS = 1000
+# Protobuf's limit on one message: a graph with more weights than this keeps them in an external data file.
+PROTOBUF_LIMIT = 2_000_000_000
+EXTERNAL_DATA = "model.onnx_data"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_state.json", "adapter_config.json")
 # What the pipeline runs of a sentence-transformers model: the transformer (exported); pooling, Dense projections
@@ -258,13 +261,26 @@ def export(args):
                 opset_version=OPSET,
                 dynamo=False,
             )
+        graph = None
         if args.dtype == "float16":
             # Traced in float32, then converted by onnxconverter-common with float32 inputs and outputs kept:
             # torch's float16 trace on the CPU leaves LayerNormalization with mixed float/float16 types.
             from onnxconverter_common import float16
 
-            half = float16.convert_float_to_float16(onnx.load(str(onnx_path)), keep_io_types=True)
-            onnx.save(half, str(onnx_path))
+            graph = float16.convert_float_to_float16(onnx.load(str(onnx_path)), keep_io_types=True)
+        # Above 2 GB (protobuf's limit) torch writes each weight to a file of its own beside the graph; those, or
+        # every weight under --external-data, go into one file, onnx/model.onnx_data, which the pipeline's
+        # fingerprint hashes with the graph.
+        loose = [p for p in onnx_path.parent.iterdir() if p != onnx_path]
+        if args.external_data or loose or (graph is not None and weight_bytes(graph) > PROTOBUF_LIMIT):
+            graph = graph if graph is not None else onnx.load(str(onnx_path))
+            for p in loose:
+                p.unlink()
+            onnx.save_model(graph, str(onnx_path), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=EXTERNAL_DATA, size_threshold=0)
+            say(f"the weights are in onnx/{EXTERNAL_DATA} ({(onnx_path.parent / EXTERNAL_DATA).stat().st_size:,} bytes)")
+        elif graph is not None:
+            onnx.save(graph, str(onnx_path))
         onnx.checker.check_model(str(onnx_path))
         export_seconds = time.monotonic() - started
         say(f"exported {args.dtype} ONNX in {export_seconds:.1f} s")
@@ -316,6 +332,8 @@ def export(args):
                  f"{MIN_COSINE[args.dtype]}, worst on {texts[worst][:60]!r}; nothing written to {out}")
 
         onnx_sha = sha256_file(onnx_path)
+        external = {EXTERNAL_DATA: sha256_file(onnx_path.parent / EXTERNAL_DATA)} \
+            if (onnx_path.parent / EXTERNAL_DATA).is_file() else None
         base_name, _, base_rev = (args.base or "").partition("@")
         adaptation = args.adaptation or ("full" if args.base else "none")
         training_config = {n: sha256_file(checkpoint / n) for n in TRAINING_CONFIG_FILES if (checkpoint / n).is_file()}
@@ -358,7 +376,7 @@ def export(args):
             "outputs": [{
                 "namespace": "file",
                 "name": str(out),
-                "facets": {"embeddingPipeline_onnx": facet(file="onnx/model.onnx", sha256=onnx_sha, dtype=args.dtype,
+                "facets": {"embeddingPipeline_onnx": facet(file="onnx/model.onnx", sha256=onnx_sha, external_data_sha256=external, dtype=args.dtype,
                                                            opset=OPSET)},
             }],
         }
@@ -370,6 +388,11 @@ def export(args):
         say(f"wrote {out} (onnx/model.onnx sha256 {onnx_sha[:12]}…, lineage.json)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def weight_bytes(model):
+    """The bytes of a graph's weights held in the graph itself."""
+    return sum(len(t.raw_data) for t in model.graph.initializer)
 
 
 def copy_configs(checkpoint, out, modules):
@@ -398,6 +421,8 @@ def main():
     p.add_argument("--base-dir", metavar="DIR", help="a local copy of the base model, to hash its weights")
     p.add_argument("--adaptation", choices=["none", "full", "lora-merged"])
     p.add_argument("--check-texts", metavar="FILE")
+    p.add_argument("--external-data", action="store_true",
+                   help="keep the weights in onnx/model.onnx_data beside the graph (automatic above 2 GB)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="run the checkpoint's own modelling code (nomic, jina and other custom-code models)")
     p.add_argument("--pipeline", required=True)

@@ -14,6 +14,20 @@ pub fn resident() -> Option<u64> {
     field("/proc/self/status", "VmRSS:")
 }
 
+/// The resident memory when [`mark_before_load`] was first called (a command's start, before it loads a
+/// model): what the command's model and session add is measured from it.
+static BEFORE_LOAD: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+
+/// Note the resident memory now, if not noted yet.
+pub fn mark_before_load() {
+    BEFORE_LOAD.get_or_init(resident);
+}
+
+/// The resident memory [`mark_before_load`] noted, or now when it was never called.
+pub fn before_load() -> Option<u64> {
+    BEFORE_LOAD.get().copied().flatten().or_else(resident)
+}
+
 /// Peak resident memory since the last [`reset_peak`], or since the process started.
 pub fn peak() -> Option<u64> {
     field("/proc/self/status", "VmHWM:")

@@ -130,6 +130,7 @@ pub struct Layout {
 
 /// Probe the first write into Lance of the job file, and print what was found.
 pub async fn probe_file(file: &Path, budget: Option<u64>, max_batch_tokens: usize, json: bool) -> anyhow::Result<()> {
+    memory::mark_before_load();
     let (session, statements) = load_job(file)?;
     let mut writes = JobWrites::new(file, &session, &statements);
     let Some((stmt, plan, target)) = writes.next().await? else {
@@ -231,9 +232,9 @@ pub fn probe(
     budget: Option<u64>,
     max_batch_tokens: usize,
 ) -> anyhow::Result<ProbeReport> {
-    // The process before the model loads (if this process has not loaded it already): what loading adds is
-    // the session's share on the CPU.
-    let before_load = memory::resident().unwrap_or(0);
+    // The process before the command loaded its model (noted at its start): what loading added is the session's
+    // share on the CPU.
+    let before_load = memory::before_load().unwrap_or(0);
     let embedder = options.embedder()?;
     let (settings, _) = Fingerprint::for_options(options)?;
     let longest_tokens = longest[0].1.max(1);

@@ -172,6 +172,7 @@ impl TrialReport {
 
 /// Run the trial and print (or with `json` print as JSON) what it found; it is saved to `args.save`.
 pub async fn trial_file(args: &TrialArgs) -> anyhow::Result<()> {
+    crate::memory::mark_before_load();
     let file = &args.file;
     if args.minutes.is_nan() || args.minutes <= 0.0 {
         bail!("--minutes must be above 0, not {}", args.minutes);

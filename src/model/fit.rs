@@ -42,8 +42,8 @@ pub struct MemorySplit {
     /// The graph's weights, bytes, by element type (exact, from its initializers).
     pub weights: Vec<(String, u64)>,
     pub weights_bytes: u64,
-    /// What loading the model added to the memory measured (the process's resident set on the CPU, the GPU's
-    /// memory in use on a GPU), bytes.
+    /// What loading the job and its model added to the memory measured (the process's resident set since the
+    /// command started on the CPU, the GPU's memory in use on a GPU), bytes.
     pub session_bytes: u64,
     /// Working memory per padded token of a call, bytes, from the largest call that fitted.
     pub working_bytes_per_token: u64,

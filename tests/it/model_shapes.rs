@@ -32,9 +32,9 @@ fn texts() -> Vec<String> {
 
 /// Build `shape` in `dir/ckpt` with sentence-transformers' vectors of [`texts`], export it into `dir/model`,
 /// and return the reference vectors by prompt name ("" for none).
-fn build_and_export(dir: &Path, shape: &str) -> Value {
+fn build_and_export(dir: &Path, shape: &str, extra: &[&str]) -> Value {
     let reference = build(dir, shape);
-    let o = export(dir, &[]);
+    let o = export(dir, extra);
     let (_, err) = text(&o);
     assert!(o.status.success() && err.contains("verified on"), "{shape}: export: {err}");
     reference
@@ -108,8 +108,12 @@ fn assert_matches(shape: &str, ours: &[Vec<f32>], reference: &Value) {
 }
 
 async fn shape_matches(shape: &str) -> tempfile::TempDir {
+    shape_exported_matches(shape, &[]).await
+}
+
+async fn shape_exported_matches(shape: &str, export_args: &[&str]) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    let reference = build_and_export(tmp.path(), shape);
+    let reference = build_and_export(tmp.path(), shape, export_args);
     let ours = run(tmp.path(), "", "out.lance").await;
     assert_matches(shape, &ours, &reference[""]);
     tmp
@@ -133,10 +137,27 @@ async fn bert_with_concatenated_pooling_a_dense_and_left_truncation_matches_sent
 }
 
 /// XLM-RoBERTa (pad id 1, positions counted from it) with cls pooling and a Dense 32 -> 32 without activation
-/// or Normalize, LaBSE's shape: before, the dimensions agreed and the vectors did not (cosine -0.17).
+/// or Normalize, LaBSE's shape: before, the dimensions agreed and the vectors did not (cosine -0.17). Exported
+/// with its weights in an external data file, as every model over 2 GB is: ONNX Runtime loads them from beside
+/// the graph, and the fingerprint's model digest covers them.
 #[tokio::test(flavor = "multi_thread")]
-async fn xlm_roberta_with_cls_and_a_dense_matches_sentence_transformers() {
-    shape_matches("xlmr-cls-dense").await;
+async fn xlm_roberta_with_cls_and_a_dense_and_external_weights_matches_sentence_transformers() {
+    let tmp = shape_exported_matches("xlmr-cls-dense", &["--external-data"]).await;
+    let onnx = tmp.path().join("model/onnx");
+    let (graph, data) = (onnx.join("model.onnx"), onnx.join("model.onnx_data"));
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(size(&data) > 3_000_000 && size(&graph) < 200_000, "{} / {}", size(&graph), size(&data));
+    let entries: Vec<_> = std::fs::read_dir(&onnx).unwrap().collect();
+    assert_eq!(entries.len(), 2, "one graph and one weights file");
+    let report: Value =
+        serde_json::from_slice(&pipeline(&["inspect", "out.lance", "--json"], tmp.path()).stdout).unwrap();
+    let graph_sha = embedding_pipeline::campaign::fingerprint::sha256_file(&graph).unwrap();
+    let fp = &report["fingerprint"];
+    assert!(fp["model_sha256"].as_str().is_some_and(|s| s.len() == 64 && s != graph_sha), "{report}");
+    let lineage: Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("model/lineage.json")).unwrap()).unwrap();
+    let facet = &lineage["outputs"][0]["facets"]["embeddingPipeline_onnx"];
+    assert!(facet["external_data_sha256"]["model.onnx_data"].is_string(), "{facet}");
 }
 
 /// A Qwen3 decoder with last-token pooling, whose tokenizer pads on the left in sentence-transformers (the

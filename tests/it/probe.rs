@@ -75,6 +75,9 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert_eq!(split["weights"][0][0], "float32", "{split}");
     assert!(split["weights"].as_array().unwrap().iter().any(|w| w[0] == "int8"), "{split}");
     assert!(split["working_bytes_per_token"].as_u64().unwrap() > 0, "{split}");
+    // What loading added since the command started holds the model's weights (it read 0 when the model was
+    // loaded before the probe's own measurement).
+    assert!(split["session_bytes"].as_u64().unwrap() > weights / 2, "{split}");
     assert!(steps.iter().all(|s| s["working_bytes"].as_u64().unwrap() <= s["peak_bytes"].as_u64().unwrap()));
     let cards = split["cards"].as_array().unwrap();
     assert_eq!(cards.len(), 2);
