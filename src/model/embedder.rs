@@ -465,7 +465,9 @@ impl Embedder {
         let in_graph = wanted == POOLED_OUTPUT;
         let (shape, data) = self.extract(&outputs[wanted], self.output_f16 && !in_graph)?;
         let states = matches!(self.output, Output::TokenStates(_)) && !in_graph;
-        let pooled_dim = if states { settings.pooling.out_dim(dim) } else { shape.last().map_or(0, |d| *d as usize) };
+        // Pooled here, by the graph's mean (on a GPU), or by the graph itself under the model's own pooling (any
+        // other is refused before the call): the pooling's length in every case.
+        let pooled_dim = settings.pooling.out_dim(dim);
         let expected = if states { vec![rows, len, dim] } else { vec![rows, pooled_dim] };
         if shape.iter().map(|&d| d as usize).ne(expected.iter().copied()) {
             return Err(Error::Onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
