@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 /// Bytes in a GiB.
 const GIB: u64 = 1 << 30;
 /// The share of a card's memory planned for: the rest is headroom for the allocator's fragmentation and
-/// other processes (`pipeline probe` stops its steps at the same share of its budget).
+/// other processes. (`pipeline probe`'s own steps stop at 80% of its budget, which also leaves room for what a
+/// run holds besides its model calls; a card's share is counted before that.)
 pub const MARGIN: f64 = 0.9;
 /// What a CUDA context and ONNX Runtime's CUDA libraries (cuBLAS, cuDNN workspaces) hold on a card before any
 /// weight, where it has not been measured: about 1 GiB on an A100 or an RTX A6000.
