@@ -263,11 +263,7 @@ def export(args):
             )
         graph = None
         if args.dtype == "float16":
-            # Traced in float32, then converted by onnxconverter-common with float32 inputs and outputs kept:
-            # torch's float16 trace on the CPU leaves LayerNormalization with mixed float/float16 types.
-            from onnxconverter_common import float16
-
-            graph = float16.convert_float_to_float16(onnx.load(str(onnx_path)), keep_io_types=True)
+            graph = to_float16(onnx, onnx_path)
         # Above 2 GB (protobuf's limit) torch writes each weight to a file of its own beside the graph; those, or
         # every weight under --external-data, go into one file, onnx/model.onnx_data, which the pipeline's
         # fingerprint hashes with the graph.
@@ -278,6 +274,9 @@ def export(args):
                 p.unlink()
             onnx.save_model(graph, str(onnx_path), save_as_external_data=True, all_tensors_to_one_file=True,
                             location=EXTERNAL_DATA, size_threshold=0)
+            # onnx creates the data file readable by its owner alone (0600): a model directory copied into an
+            # image or shared with a service user would then fail to load. Readable as the graph beside it is.
+            os.chmod(onnx_path.parent / EXTERNAL_DATA, onnx_path.stat().st_mode & 0o777)
             say(f"the weights are in onnx/{EXTERNAL_DATA} ({(onnx_path.parent / EXTERNAL_DATA).stat().st_size:,} bytes)")
         elif graph is not None:
             onnx.save(graph, str(onnx_path))
@@ -409,6 +408,48 @@ def copy_configs(checkpoint, out, modules):
             shutil.copytree(p, out / p.name, ignore=shutil.ignore_patterns(*WEIGHT_FILES))
         else:
             shutil.copy2(p, out / p.name)
+
+
+def to_float16(onnx, onnx_path):
+    """The float32 trace at `onnx_path` in float16, with float32 inputs and outputs kept.
+
+    Traced in float32, then converted by onnxconverter-common: torch's float16 trace on the CPU leaves
+    LayerNormalization with mixed float/float16 types. Two things the converter gets wrong on its own:
+    - its shape inference serialises the whole model in memory, which protobuf refuses above 2 GB (a 1.5B
+      decoder's float32 trace failed so), so shape inference runs on the file, as ONNX allows at any size;
+    - an RMSNorm (Qwen, Llama, Gemma) casts its input to float32 to sum the squares, and the rotary embedding
+      computes its angles in float32; the converter turned such a Cast's output type to float16 and left the
+      Cast's own type float32, a graph ONNX Runtime refuses. The nodes of a module that casts to float32 stay in
+      float32, as torch's autocast keeps them: squares of decoder activations overflow float16's 65,504.
+    """
+    from onnxconverter_common import float16
+
+    inferred = onnx_path.parent / "inferred.onnx"
+    try:
+        onnx.shape_inference.infer_shapes_path(str(onnx_path), str(inferred))
+        model = onnx.load(str(inferred))
+    finally:
+        inferred.unlink(missing_ok=True)
+    def to_float(n):
+        return n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)
+
+    # The modules (a norm, the rotary embedding) that cast to float32 on purpose, by their node's scope.
+    upcast_scopes = {n.name.rsplit("/", 1)[0] for n in model.graph.node if to_float(n) and "/" in n.name.strip("/")}
+    keep = {n.name for n in model.graph.node if n.name.rsplit("/", 1)[0] in upcast_scopes}
+    # The norms' weights reach them through torch's Identity nodes (a weight used twice): those stay too.
+    kept_inputs = {i for n in model.graph.node if n.name in keep for i in n.input}
+    keep |= {n.name for n in model.graph.node if n.op_type == "Identity" and set(n.output) & kept_inputs}
+    model = float16.convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True,
+                                             node_block_list=sorted(keep))
+    # Any other cast to float32 (outside a module: a mask's) whose output the converter made float16 casts to
+    # float16, as its output now says.
+    half = {v.name for v in model.graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    for n in model.graph.node:
+        if to_float(n) and n.name not in keep and n.output[0] in half:
+            for a in n.attribute:
+                if a.name == "to":
+                    a.i = onnx.TensorProto.FLOAT16
+    return model
 
 
 def main():

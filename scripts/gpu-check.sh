@@ -32,7 +32,7 @@ done
 DEADLINE=$(( SECONDS + ${GPU_CHECK_SECONDS:-420} ))
 step_time() {
   local left=$(( DEADLINE - SECONDS - 20 ))
-  (( left > 150 )) && left=150
+  (( left > ${GPU_CHECK_STEP_SECONDS:-150} )) && left=${GPU_CHECK_STEP_SECONDS:-150}
   echo "$left"
 }
 limited() { local t; t=$(step_time); (( t > 5 )) || { note "skipped (the check's 7 minutes are spent): $*"; return 124; }
@@ -131,14 +131,14 @@ timeout -k 5 60 "$PIPELINE" devices --ort-lib "$ORT_LIB" --json > "$WORK/devices
 cat "$WORK/devices.json" >> "$LOG"
 HAS_GPU=$(python3 -c "import json; d=json.load(open('$WORK/devices.json')); print(bool(d.get('cuda_provider')) and bool((d.get('nvidia') or {}).get('gpus')))" 2>/dev/null)
 
-# 3. The runs. run NAME DEVICE BATCH_TOKENS: the pipeline over every document into NAME.lance.
+# 3. The runs. run NAME DEVICE BATCH_TOKENS [MODEL_DIR CORPUS]: the pipeline over every document into NAME.lance.
 run() {
-  local name=$1 device=$2 budget=$3
+  local name=$1 device=$2 budget=$3 model=${4:-$MODEL} corpus=${5:-$CORPUS}
   cat > "$WORK/$name.sql" <<SQL
-SET embed.model = '$MODEL';
+SET embed.model = '$model';
 SET embed.intra_threads = $THREADS;
 SET embed.batch_tokens = $budget;
-CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$CORPUS';
+CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$corpus';
 COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$WORK/$name.lance' STORED AS LANCE;
 SQL
   note "pipeline $name: $device, batch_tokens $budget"
@@ -154,6 +154,9 @@ bare() {
     > "$WORK/bare-$name.json" 2>> "$LOG" || note "bare session $name failed (rc $?)"
 }
 export ORT_DYLIB_PATH="$ORT_LIB"   # for bare_session, which loads ONNX Runtime the pipeline's way
+if [ "${GPU_CHECK_ONLY:-}" = decoder ]; then
+  CUDA_NOTE=""   # GPU_CHECK_ONLY=decoder: section 4 alone (a second call in the same lease)
+else
 run cpu cpu 2048
 bare cpu cpu 2048
 if [ "$HAS_GPU" = True ]; then
@@ -168,11 +171,57 @@ else
   CUDA_NOTE="CUDA was not run: $(python3 -c "import json; d=json.load(open('$WORK/devices.json')); print(d.get('nvidia_error') or ('the ONNX Runtime library has no CUDA provider' if not d.get('cuda_provider') else 'no GPU'))" 2>/dev/null || echo 'pipeline devices failed')"
   note "$CUDA_NOTE"
 fi
+fi
 
-# 4. The report.
-python3 - "$WORK" "$REPORT" "$ORT_SOURCE" "$CUDA_NOTE" "$DOCS" "$THREADS" <<'PY'
+# 4. A decoder's 48 GB split measured on the GPU (issue 34): a Qwen3 decoder at Qwen3-Embedding-0.6B's size (random
+# weights: memory and speed do not depend on their values), built by tests/fixtures/make_st_shapes.py and exported
+# in float32 by scripts/export_onnx.py with this machine's own torch and sentence-transformers, when it has them.
+# Then `pipeline probe` on CUDA (weights, the session after load and each step's working memory, from NVML), a
+# run over every document on CUDA, and the first DECODER_CPU_DOCS documents on the CPU and on CUDA compared
+# (DECODER_CPU_DOCS=0: not compared). DECODER_SHAPE=qwen3-1.7b and DECODER_DTYPE=float16 take the larger decoder in
+# float16, whose export is above 2 GB (external data).
+DECODER_NOTE=""
+DECODER_SHAPE="${DECODER_SHAPE:-qwen3-0.6b}"
+DECODER_DTYPE="${DECODER_DTYPE:-float32}"
+DECODER_MODEL="$WORK/$DECODER_SHAPE-$DECODER_DTYPE"
+if [ "$HAS_GPU" != True ]; then
+  DECODER_NOTE="the decoder was not run: no GPU"
+elif ! python3 -c 'import torch, sentence_transformers, onnx' 2>> "$LOG"; then
+  DECODER_NOTE="the decoder was not run: this machine's python3 lacks torch, sentence-transformers or onnx"
+else
+  note "decoder: building $DECODER_SHAPE and exporting it in $DECODER_DTYPE"
+  if (cd "$WORK" && limited python3 "$ROOT/tests/fixtures/make_st_shapes.py" "$DECODER_SHAPE" "$WORK/model/all-MiniLM-L6-v2" \
+        "$WORK/ckpt-$DECODER_SHAPE" </dev/null >> "$LOG" 2>&1) \
+     && limited python3 "$ROOT/scripts/export_onnx.py" --pipeline "$PIPELINE" --dtype "$DECODER_DTYPE" \
+        "$WORK/ckpt-$DECODER_SHAPE" "$DECODER_MODEL" > "$REPORT/decoder-export.txt" 2>&1; then
+    ls -la "$DECODER_MODEL/onnx" >> "$REPORT/decoder-export.txt"
+    cat > "$WORK/decoder-probe.sql" <<SQL
+SET embed.model = '$DECODER_MODEL';
+SET embed.device = 'cuda:0';
+CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$CORPUS';
+COPY (SELECT id, embed(text) AS embedding FROM docs) TO '$WORK/decoder-probe.lance' STORED AS LANCE;
+SQL
+    note "decoder: pipeline probe on cuda:0"
+    limited "$PIPELINE" probe --ort-lib "$ORT_LIB" "$WORK/decoder-probe.sql" --max-batch-tokens "${DECODER_MAX_BATCH_TOKENS:-65536}" \
+      > "$REPORT/decoder-probe.txt" 2>&1 || note "decoder probe failed (rc $?)"
+    run decoder-cuda cuda:0 16384 "$DECODER_MODEL"
+    if [ "${DECODER_CPU_DOCS:-200}" -gt 0 ]; then
+      head -n "${DECODER_CPU_DOCS:-200}" "$CORPUS" > "$WORK/decoder-sample.jsonl"
+      run decoder-cuda-sample cuda:0 16384 "$DECODER_MODEL" "$WORK/decoder-sample.jsonl"
+      run decoder-cpu-sample cpu 2048 "$DECODER_MODEL" "$WORK/decoder-sample.jsonl"
+      limited "$PIPELINE" compare "$WORK/decoder-cpu-sample.lance" "$WORK/decoder-cuda-sample.lance" --json --min-cosine 0.9999 \
+        > "$WORK/compare-decoder.json" 2>> "$LOG" || note "compare decoder cpu vs cuda: rc $? (see the report)"
+    fi
+  else
+    DECODER_NOTE="the decoder was not run: building or exporting it failed (see decoder-export.txt and logs.txt)"
+  fi
+fi
+[ -z "$DECODER_NOTE" ] || note "$DECODER_NOTE"
+
+# 5. The report.
+python3 - "$WORK" "$REPORT" "$ORT_SOURCE" "$CUDA_NOTE" "$DOCS" "$THREADS" "$DECODER_NOTE" "$DECODER_SHAPE $DECODER_DTYPE" <<'PY'
 import glob, json, os, sys
-work, report, ort_source, cuda_note, docs, threads = sys.argv[1:7]
+work, report, ort_source, cuda_note, docs, threads, decoder_note, decoder = sys.argv[1:9]
 def load(p):
     try:
         return json.load(open(p))
@@ -184,7 +233,8 @@ rows, figures = [], {"documents": int(docs), "cpu_threads": int(threads), "onnxr
 if cuda_note:
     figures["cuda_not_run"] = cuda_note
 cpu_tps = None
-for name in ["cpu", "cuda-2048", "cuda-16384"]:
+compares = {"cuda-2048": "compare-2048", "cuda-16384": "compare-16384", "decoder-cuda-sample": "compare-decoder"}
+for name in ["cpu", "cuda-2048", "cuda-16384", "decoder-cpu-sample", "decoder-cuda-sample", "decoder-cuda"]:
     inspect, bare = load(f"{work}/{name}.inspect.json"), load(f"{work}/bare-{name}.json")
     if inspect is None and bare is None:
         continue
@@ -192,9 +242,9 @@ for name in ["cpu", "cuda-2048", "cuda-16384"]:
     run = versions[-1].get("run") or {}
     pipe_tps = run.get("useful_tokens_per_second")
     bare_tps = (bare or {}).get("useful_tokens_per_second")
-    if name == "cpu":
+    if name in ("cpu", "decoder-cpu-sample"):
         cpu_tps = pipe_tps
-    cmp = load(f"{work}/compare-{name.split('-')[-1]}.json") if name != "cpu" else None
+    cmp = load(f"{work}/{compares[name]}.json") if name in compares else None
     entry = {"pipeline_useful_tokens_per_second": pipe_tps, "bare_session_useful_tokens_per_second": bare_tps,
              "pipeline_over_bare": pipe_tps / bare_tps if pipe_tps and bare_tps else None,
              "padding_efficiency": run.get("padding_efficiency"), "wall_seconds": run.get("wall_seconds"),
@@ -228,6 +278,24 @@ for name in ["cuda-2048", "cuda-16384"]:
                    f"CUDA runtime {cuda.get('cuda_runtime_version')}, cuDNN {cuda.get('cudnn_version')}."]
 if cuda_note:
     md += ["", f"**{cuda_note}**"]
+md += ["", "## A decoder's 48 GB split, measured on the GPU", ""]
+if decoder_note:
+    md += [f"**{decoder_note}**"]
+else:
+    sample = (figures.get("decoder-cpu-sample") or {})
+    md += [f"A Qwen3 decoder (shape and dtype: {decoder}; random weights, last-token pooling), built by",
+           "tests/fixtures/make_st_shapes.py and exported by scripts/export_onnx.py on this machine.",
+           "Rows decoder-*-sample embed the same first documents on the CPU and on CUDA (x CPU pipeline and the cosine",
+           "are against decoder-cpu-sample); decoder-cuda embeds every document. `pipeline probe` on cuda:0:", "", "```"]
+    try:
+        md += [l.rstrip() for l in open(f"{report}/decoder-probe.txt")]
+    except OSError:
+        md += ["(no probe output)"]
+    md += ["```"]
+    try:
+        md += ["", "Export: " + "; ".join(l.strip() for l in open(f"{report}/decoder-export.txt") if "verified on" in l)]
+    except OSError:
+        pass
 open(f"{report}/gpu-check.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 PY

@@ -409,7 +409,9 @@ impl EmbedOptions {
         let device = self.resolved_device()?;
         let sessions_per_device = match (self.sessions_per_device, &device) {
             (0, Device::Cpu) => 1,
-            (0, Device::Cuda(_)) => 2,
+            (0, Device::Cuda(_)) => {
+                crate::model::device::auto_sessions_per_gpu(crate::model::spec::weight_file_bytes(&self.model_dir()))
+            }
             (n, _) if n > 16 => return Err(bad("sessions_per_device", n, "use 0 (automatic) or 1 to 16")),
             (n, _) => n,
         };
@@ -446,6 +448,25 @@ mod tests {
         let chosen = EmbedOptions { device: "cuda".into(), ..Default::default() }.with_model("my/model");
         assert!(!chosen.uses_gpu_default());
         assert_eq!(chosen.model_dir(), PathBuf::from("my/model"));
+    }
+
+    /// Left automatic, a GPU gets two sessions of a small model and one of a model past 4 GiB on disk (its
+    /// external data counted: a sparse file here), since each session holds its own copy of the weights; a set
+    /// number is kept, and the CPU gets one.
+    #[test]
+    fn a_gpu_gets_one_session_of_a_large_model() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("onnx")).unwrap();
+        std::fs::write(dir.path().join("onnx/model.onnx"), b"graph").unwrap();
+        let on = |device: &str, n: usize| {
+            let o = EmbedOptions { device: device.into(), sessions_per_device: n, ..Default::default() };
+            o.with_model(dir.path().display().to_string()).placement().unwrap().sessions_per_device
+        };
+        assert_eq!((on("cuda", 0), on("cpu", 0)), (2, 1));
+        let data = std::fs::File::create(dir.path().join("onnx/model.onnx_data")).unwrap();
+        data.set_len(5 << 30).unwrap();
+        assert_eq!(crate::model::spec::weight_file_bytes(dir.path()), (5 << 30) + 5);
+        assert_eq!((on("cuda:0", 0), on("cuda", 2), on("cpu", 0)), (1, 2, 1));
     }
 
     fn model(truncation: TruncationSide) -> ModelDefaults {

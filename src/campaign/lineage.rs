@@ -245,8 +245,23 @@ pub fn models(record: &Value) -> Vec<ModelInput> {
 
 /// The ONNX file's sha256 as the export recorded it.
 pub fn onnx_sha256(record: &Value) -> Option<String> {
-    let outputs = record.get("outputs")?.as_array()?;
-    outputs.iter().find_map(|d| facet(d, "embeddingPipeline_onnx")?.get("sha256")?.as_str().map(str::to_string))
+    onnx_facet(record)?.get("sha256")?.as_str().map(str::to_string)
+}
+
+/// The external data files' sha256 as the export recorded them, by location (empty for a graph that holds its
+/// weights).
+pub fn external_data_sha256(record: &Value) -> BTreeMap<String, String> {
+    onnx_facet(record).map(|f| hashes(f.get("external_data_sha256"))).unwrap_or_default()
+}
+
+/// The digest of the exported model as a fingerprint's `model_sha256` has it: the graph's sha256, combined with
+/// its external data files' when it has them.
+pub fn model_sha256(record: &Value) -> Option<String> {
+    Some(super::fingerprint::model_digest(&onnx_sha256(record)?, external_data_sha256(record)))
+}
+
+fn onnx_facet(record: &Value) -> Option<&Value> {
+    record.get("outputs")?.as_array()?.iter().find_map(|d| facet(d, "embeddingPipeline_onnx"))
 }
 
 /// The chain a lineage record describes, from the training data to the ONNX export.
@@ -312,6 +327,7 @@ pub fn chain(record: &Value) -> Vec<Link> {
         let detail = format!("exported {}, {detail}", text(record.get("eventTime")));
         let mut link = Link::new("ONNX export", text(out), detail);
         link.sha256.insert("onnx/model.onnx".into(), sha);
+        link.sha256.extend(external_data_sha256(record).into_iter().map(|(f, h)| (format!("onnx/{f}"), h)));
         links.push(link);
     }
     links

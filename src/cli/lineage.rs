@@ -132,13 +132,17 @@ async fn check(
         return checks;
     };
     if let (Some(record), false) = (record, fp.lineage_sha256.is_empty()) {
-        match lineage::onnx_sha256(record) {
+        match lineage::model_sha256(record) {
             Some(sha) if sha == fp.model_sha256 => {
-                checks.push(Check::ok("ONNX export", "the export's file is the one the vectors were made with"))
+                checks.push(Check::ok("ONNX export", "the export's files are the ones the vectors were made with"))
             }
             Some(sha) => checks.push(Check::broken(
                 "ONNX export",
-                format!("lineage.json names onnx/model.onnx {sha}, but the vectors were made with {}", fp.model_sha256),
+                format!(
+                    "lineage.json names onnx/model.onnx{} {sha}, but the vectors were made with {}",
+                    if lineage::external_data_sha256(record).is_empty() { "" } else { " and its external data" },
+                    fp.model_sha256
+                ),
             )),
             None => checks.push(Check::unchecked("ONNX export", "lineage.json names no ONNX file")),
         }
@@ -172,11 +176,12 @@ fn check_model_dir(fp: &Fingerprint, model_dir: Option<&str>) -> Check {
     };
     let mut wrong = Vec::new();
     let onnx = spec.onnx_path.strip_prefix(&dir).unwrap_or(&spec.onnx_path).display().to_string();
-    for (file, path, want) in [
-        (onnx.as_str(), spec.onnx_path.clone(), &fp.model_sha256),
-        ("tokenizer.json", spec.tokenizer_path.clone(), &fp.tokenizer_sha256),
+    // The model's digest covers its external data files too, as the fingerprint's does.
+    for (file, got, want) in [
+        (onnx.as_str(), crate::campaign::fingerprint::model_sha256(&spec.onnx_path), &fp.model_sha256),
+        ("tokenizer.json", sha256_file(&spec.tokenizer_path), &fp.tokenizer_sha256),
     ] {
-        match sha256_file(&path) {
+        match got {
             Ok(h) if &h == want => {}
             Ok(h) => wrong.push(format!("{file} hashes {h}, the vectors were made with {want}")),
             Err(e) => wrong.push(e.to_string()),

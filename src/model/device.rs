@@ -46,6 +46,20 @@ impl Device {
     }
 }
 
+/// Above these bytes of weights, a GPU gets one ONNX Runtime session, not two, when the number is left
+/// automatic (`embed.sessions_per_device = 0`). Each session holds its own copy of the weights on the card (on
+/// an H200, a 415 MiB XLM-R took 1,132 MiB of GPU memory loaded in one session and 2,240 MiB in two), and a
+/// second session buys little where the device's work dwarfs the host's (1.09x for a 0.6B decoder there): for a
+/// model past 4 GiB (a 1B-parameter model in float32, 2B in float16) the second copy costs more card than it
+/// gives back.
+pub const TWO_SESSIONS_UP_TO_BYTES: u64 = 4 << 30;
+
+/// Sessions per GPU when left automatic, for a model of `weight_bytes`: two (one session's host work overlaps
+/// the other's device work) up to [`TWO_SESSIONS_UP_TO_BYTES`], one above.
+pub fn auto_sessions_per_gpu(weight_bytes: u64) -> usize {
+    if weight_bytes > TWO_SESSIONS_UP_TO_BYTES { 1 } else { 2 }
+}
+
 /// How a model is placed: on which device, in how many ONNX Runtime sessions, with how many threads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Placement {

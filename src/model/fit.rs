@@ -3,8 +3,11 @@
 //!
 //! The weights' bytes are exact, from the graph's initializers. The working memory per padded token is
 //! measured by `pipeline probe` on the device it runs on. On a GPU the model's share is measured (the GPU's
-//! memory in use once the session is loaded); on the CPU it is the weights' bytes plus a CUDA context, and the
-//! working memory per token is the CPU's, so the statement is an estimate and says so.
+//! memory in use once the sessions are loaded); on the CPU it is the weights' bytes times the sessions a GPU
+//! would get ([`auto_sessions_per_gpu`]) plus a CUDA context, and the working memory per token is the CPU's
+//! times [`GPU_WORKING_PER_CPU`], so the statement is an estimate and says so.
+
+use crate::model::device::auto_sessions_per_gpu;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +21,12 @@ pub const MARGIN: f64 = 0.9;
 /// weight, where it has not been measured: about 1 GiB on an A100 or an RTX A6000.
 pub const CUDA_CONTEXT_BYTES: u64 = GIB;
 
+/// A GPU's working memory a padded token over the CPU's, for the same model and calls: on an H200 (ONNX Runtime
+/// 1.31.1, CUDA 13) a 0.6B Qwen3 decoder in float32 took 261 KiB a padded token in its calls, against 80 KiB on
+/// this project's CPU (ONNX Runtime's CUDA arena grows in large steps and keeps them). One model measured, so
+/// the CPU's statements stay estimates; a probe on the card replaces them.
+pub const GPU_WORKING_PER_CPU: f64 = 3.3;
+
 /// The cards campaigns rent, by memory size.
 pub const CARDS: [(&str, u64); 2] =
     [("48 GB (RTX A6000, RTX 6000 Ada, A40)", 48 * GIB), ("80 GB (A100 80GB, H100)", 80 * GIB)];
@@ -27,7 +36,8 @@ pub const CARDS: [(&str, u64); 2] =
 pub struct CardFit {
     pub card: String,
     pub memory_bytes: u64,
-    /// What the model takes on it: measured on a GPU; the weights plus [`CUDA_CONTEXT_BYTES`] otherwise.
+    /// What the model takes on it: measured on a GPU; otherwise the weights once per session a GPU would get,
+    /// plus [`CUDA_CONTEXT_BYTES`].
     pub model_bytes: u64,
     /// [`MARGIN`] of the card, less the model.
     pub left_for_calls_bytes: u64,
@@ -54,6 +64,10 @@ pub struct MemorySplit {
     pub measured_on_gpu: bool,
     /// Padded tokens of a call of the longest text.
     pub longest_tokens: u64,
+    /// Sessions a GPU gets for this model when left automatic; the estimate counts the weights that often.
+    /// (Absent in trial.json files written before it: 0, shown as 1.)
+    #[serde(default)]
+    pub sessions_per_gpu: usize,
     pub cards: Vec<CardFit>,
 }
 
@@ -69,13 +83,20 @@ impl MemorySplit {
         measured_on_gpu: bool,
     ) -> Self {
         let weights_bytes = weights.iter().map(|(_, b)| b).sum();
-        let model_bytes = if measured_on_gpu { session_bytes } else { weights_bytes + CUDA_CONTEXT_BYTES };
+        let sessions_per_gpu = auto_sessions_per_gpu(weights_bytes);
+        let (model_bytes, per_token) = match measured_on_gpu {
+            true => (session_bytes, working_bytes_per_token),
+            false => (
+                weights_bytes * sessions_per_gpu as u64 + CUDA_CONTEXT_BYTES,
+                (working_bytes_per_token as f64 * GPU_WORKING_PER_CPU) as u64,
+            ),
+        };
         let cards = CARDS
             .iter()
             .map(|(card, memory)| {
                 let usable = (*memory as f64 * MARGIN) as u64;
                 let left = usable.saturating_sub(model_bytes);
-                let batch_tokens = if model_bytes >= usable { 0 } else { left / working_bytes_per_token.max(1) };
+                let batch_tokens = if model_bytes >= usable { 0 } else { left / per_token.max(1) };
                 CardFit {
                     card: card.to_string(),
                     memory_bytes: *memory,
@@ -94,13 +115,21 @@ impl MemorySplit {
             measured_on,
             measured_on_gpu,
             longest_tokens,
+            sessions_per_gpu,
             cards,
         }
     }
 
     /// One line per card, and which card to rent.
     pub fn statements(&self) -> Vec<String> {
-        let how = if self.measured_on_gpu { "measured" } else { "estimated from the CPU" };
+        let how = match self.measured_on_gpu {
+            true => "measured".to_string(),
+            false => format!(
+                "estimated from the CPU: {} session(s) of the weights and a CUDA context, the CPU's working memory \
+                 times {GPU_WORKING_PER_CPU}, as a decoder measured on an H200",
+                self.sessions_per_gpu.max(1)
+            ),
+        };
         let mut lines: Vec<String> = self
             .cards
             .iter()
@@ -151,15 +180,7 @@ pub fn gib(bytes: u64) -> String {
 }
 
 fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    indicatif::HumanCount(n).to_string()
 }
 
 #[cfg(test)]
@@ -170,9 +191,10 @@ mod tests {
         MemorySplit::new(vec![("float32".into(), weights_bytes)], session, per_token, 512, "test".into(), gpu)
     }
 
-    /// A 12B model in float32 (48 GB of weights) with 2 MiB of working memory a token: the weights alone pass
-    /// 90% of a 48 GB card, an 80 GB card holds them with room for calls, and the statement names the A100. (An
-    /// 8B decoder in float32, 32 GB, does fit a 48 GB card: about 6,000 tokens a call at 2 MiB a token.)
+    /// A 12B model in float32 (48 GB of weights) with 2 MiB of working memory a token on the CPU: the weights
+    /// alone pass 90% of a 48 GB card, an 80 GB card holds them with room for calls, and the statement names the
+    /// A100. (An 8B decoder in float32, 32 GB in one session, does fit a 48 GB card: about 1,900 tokens a call at
+    /// 2 MiB a token on the CPU, 6.6 on a GPU.)
     #[test]
     fn a_model_past_48_gb_names_the_80_gb_card() {
         let s = split(48_000_000_000, 2 << 20, false, 0);
@@ -181,7 +203,7 @@ mod tests {
         assert_eq!(c48.batch_tokens, 0);
         assert!(!c48.fits && c80.fits, "{s:?}");
         let usable80 = (80.0 * GIB as f64 * MARGIN) as u64;
-        assert_eq!(c80.batch_tokens, (usable80 - c80.model_bytes) / (2 << 20));
+        assert_eq!(c80.batch_tokens, (usable80 - c80.model_bytes) / ((2u64 << 20) as f64 * GPU_WORKING_PER_CPU) as u64);
         let text = s.statements().join("\n");
         assert!(text.contains("rent an A100 80GB") && text.contains("estimated from the CPU"), "{text}");
 
@@ -189,11 +211,25 @@ mod tests {
         // A 20B model in float32 fits neither; an 8B one fits both.
         assert!(split(80_000_000_000, 2 << 20, false, 0).statements().join("\n").contains("no single card"));
         let eight = split(32_000_000_000, 2 << 20, false, 0);
-        assert!(eight.cards.iter().all(|c| c.fits) && eight.cards[0].batch_tokens > 6_000, "{eight:?}");
+        assert!(eight.cards.iter().all(|c| c.fits) && eight.cards[0].batch_tokens > 1_900, "{eight:?}");
         // Room for the weights but not for one call of the longest text.
         let tight = split(45_000_000_000, 1 << 20, false, 0);
         assert!(!tight.cards[0].fits && tight.cards[0].batch_tokens > 0, "{tight:?}");
         assert!(tight.statements()[0].contains("a call of the longest text (512 tokens) needs more"), "{tight:?}");
+    }
+
+    /// Estimated from the CPU, a model small enough for two sessions a GPU counts its weights twice; one past
+    /// 4 GiB once.
+    #[test]
+    fn the_estimate_counts_the_weights_once_per_session_a_gpu_gets() {
+        let small = split(1 << 30, 1 << 10, false, 0);
+        assert_eq!(small.sessions_per_gpu, 2);
+        assert_eq!(small.cards[0].model_bytes, 2 * (1 << 30) + CUDA_CONTEXT_BYTES);
+        assert!(small.statements()[0].contains("2 session(s) of the weights"), "{:?}", small.statements());
+        let large = split(5 << 30, 1 << 10, false, 0);
+        assert_eq!((large.sessions_per_gpu, large.cards[0].model_bytes), (1, (5 << 30) + CUDA_CONTEXT_BYTES));
+        // Measured on a GPU, the share is what the sessions loaded took, however many there were.
+        assert_eq!(split(1 << 30, 1 << 10, true, 3 << 30).cards[0].model_bytes, 3 << 30);
     }
 
     #[test]

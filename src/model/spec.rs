@@ -317,11 +317,8 @@ impl ModelSpec {
         if !tokenizer_path.is_file() {
             return Err(Error::model(&dir, "tokenizer.json", "file not found"));
         }
-        let onnx_path = ["onnx/model.onnx", "model.onnx"]
-            .iter()
-            .map(|f| dir.join(f))
-            .find(|p| p.is_file())
-            .ok_or_else(|| Error::model(&dir, "onnx/model.onnx", "file not found (nor model.onnx)"))?;
+        let onnx_path =
+            onnx_file(&dir).ok_or_else(|| Error::model(&dir, "onnx/model.onnx", "file not found (nor model.onnx)"))?;
 
         Ok(Self {
             dir,
@@ -540,6 +537,20 @@ fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> 
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")))?;
     serde_json::from_str(&text).map_err(|e| Error::model(dir, file, format!("invalid: {e}")))
+}
+
+/// The model directory's ONNX file: `onnx/model.onnx`, else `model.onnx`.
+fn onnx_file(dir: &Path) -> Option<PathBuf> {
+    ["onnx/model.onnx", "model.onnx"].iter().map(|f| dir.join(f)).find(|p| p.is_file())
+}
+
+/// The bytes of a model directory's weights on disk, cheaply: its ONNX file and the external data beside it
+/// (`model.onnx_data`, `model.onnx.data`, `model.data`), from their sizes alone. 0 without an ONNX file.
+pub fn weight_file_bytes(dir: &Path) -> u64 {
+    let Some(onnx) = onnx_file(dir) else { return 0 };
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let external = ["model.onnx_data", "model.onnx.data", "model.data"].iter().map(|f| onnx.with_file_name(f));
+    size(&onnx) + external.map(|p| size(&p)).sum::<u64>()
 }
 
 #[cfg(test)]

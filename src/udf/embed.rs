@@ -387,8 +387,8 @@ impl ScalarUDFImpl for EmbedDimUdf {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
         let spec = ModelSpec::load(options.model_dir())?;
-        let pooling = crate::model::Pooling::parse(&options.pooling).unwrap_or(spec.pooling);
-        let dim = crate::model::settings::cut_dim(spec.vector_dim(pooling), options.truncate_dim);
+        // The settings a call of embed() resolves, so the model's own truncate_dim and pooling count as there.
+        let dim = options.call_settings(&spec.defaults())?.out_dim(&spec);
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(dim as i32))))
     }
 

@@ -149,6 +149,10 @@ async fn xlm_roberta_with_cls_and_a_dense_and_external_weights_matches_sentence_
     assert!(size(&data) > 3_000_000 && size(&graph) < 200_000, "{} / {}", size(&graph), size(&data));
     let entries: Vec<_> = std::fs::read_dir(&onnx).unwrap().collect();
     assert_eq!(entries.len(), 2, "one graph and one weights file");
+    // Readable as the graph is (onnx writes the data file 0600, which a service user cannot load).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), mode(&graph), "{:o} / {:o}", mode(&data), mode(&graph));
     let report: Value =
         serde_json::from_slice(&pipeline(&["inspect", "out.lance", "--json"], tmp.path()).stdout).unwrap();
     let graph_sha = embedding_pipeline::campaign::fingerprint::sha256_file(&graph).unwrap();
@@ -158,6 +162,33 @@ async fn xlm_roberta_with_cls_and_a_dense_and_external_weights_matches_sentence_
         serde_json::from_slice(&std::fs::read(tmp.path().join("model/lineage.json")).unwrap()).unwrap();
     let facet = &lineage["outputs"][0]["facets"]["embeddingPipeline_onnx"];
     assert!(facet["external_data_sha256"]["model.onnx_data"].is_string(), "{facet}");
+
+    // `lineage --verify` follows the external data too: before, it compared the graph's hash alone with the
+    // fingerprint's model digest (which covers the data) and called a sound campaign broken.
+    let verify = || {
+        let o = pipeline(&["lineage", "out.lance", "--verify", "--json"], tmp.path());
+        (o.status.success(), serde_json::from_slice::<Value>(&o.stdout).unwrap_or(Value::Null))
+    };
+    let status = |report: &Value, link: &str| {
+        let checks = report["checks"].as_array().cloned().unwrap_or_default();
+        checks.into_iter().find(|c| c["link"] == link).map(|c| (c["status"].clone(), c["detail"].clone()))
+    };
+    let (ok, report) = verify();
+    assert!(ok, "{report}");
+    for link in ["ONNX export", "model directory"] {
+        assert_eq!(status(&report, link).map(|s| s.0), Some("ok".into()), "{link}: {report}");
+    }
+    let export = report["chain"].as_array().unwrap().iter().find(|l| l["link"] == "ONNX export").cloned();
+    assert!(export.is_some_and(|l| l["sha256"]["onnx/model.onnx_data"].is_string()), "{report}");
+    // One weight changed in the data file: the model directory no longer holds what made the vectors.
+    let mut bytes = std::fs::read(&data).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&data, bytes).unwrap();
+    let (ok, report) = verify();
+    assert!(!ok, "{report}");
+    let (state, detail) = status(&report, "model directory").unwrap();
+    assert!(state == "BROKEN" && detail.as_str().unwrap().contains("onnx/model.onnx hashes"), "{report}");
 }
 
 /// A Qwen3 decoder with last-token pooling, whose tokenizer pads on the left in sentence-transformers (the
@@ -169,6 +200,17 @@ async fn a_qwen3_decoder_with_last_token_pooling_and_its_prompt_matches_sentence
         serde_json::from_slice::<Value>(&std::fs::read(tmp.path().join("reference.json")).unwrap()).unwrap();
     let ours = run(tmp.path(), "SET embed.prompt_name = 'query';", "query.lance").await;
     assert_matches("qwen3-lasttoken, query prompt", &ours, &reference["query"]);
+}
+
+/// The same decoder exported in float16: the converter turned the float32 casts of its RMSNorms and rotary
+/// embedding into a graph ONNX Runtime refused (`Type Error` on `input_layernorm/Cast`); those modules now stay
+/// in float32, and the float16 graph matches sentence-transformers' float32 vectors.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_qwen3_decoder_exports_in_float16_and_matches() {
+    let tmp = shape_exported_matches("qwen3-lasttoken", &["--dtype", "float16"]).await;
+    let report: Value =
+        serde_json::from_slice(&pipeline(&["inspect", "out.lance", "--json"], tmp.path()).stdout).unwrap();
+    assert_eq!(report["fingerprint"]["model_dtype"].as_str(), Some("float16"), "{report}");
 }
 
 /// The older pooling config (one flag per mode) with max and mean_sqrt_len_tokens on: concatenated in
