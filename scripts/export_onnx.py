@@ -216,7 +216,11 @@ def export(args):
     started = time.monotonic()
     torch.manual_seed(0)
     try:
-        model = SentenceTransformer(str(checkpoint), device="cpu", trust_remote_code=args.trust_remote_code)
+        # In float32 whatever the checkpoint's own dtype: transformers 5 loads a checkpoint saved in bfloat16
+        # (Qwen3-Embedding's, gte-Qwen2's) as bfloat16, whose trace failed ("ScalarType ComplexDouble is an
+        # unexpected tensor scalar type"), and the reference would not be float32.
+        model = SentenceTransformer(str(checkpoint), device="cpu", trust_remote_code=args.trust_remote_code,
+                                    model_kwargs={"dtype": torch.float32})
     except ValueError as e:
         if "trust_remote_code" not in str(e) or args.trust_remote_code:
             raise

@@ -336,6 +336,7 @@ impl EmbedOptions {
             normalize,
             batch_tokens: self.batch_tokens,
             max_batch_rows: self.max_batch_rows,
+            pool_prefix: true,
             prefix: self.prefix.clone(),
             truncate_dim: self.truncate_dim,
             refuse_blank: self.refuse_blank()?,
@@ -364,6 +365,9 @@ impl EmbedOptions {
     /// name (empty when none applies). `embed.prefix` alone stays when no prompt applies; both at once are
     /// refused unless they are the same text.
     pub fn apply_model_prompt(&self, spec: &crate::model::ModelSpec, settings: &mut CallSettings) -> Result<String> {
+        // Whatever puts text before each input (the model's prompt or embed.prefix, which is how a prompt is
+        // given by hand), the model's Pooling config says whether its tokens are pooled.
+        settings.pool_prefix = spec.include_prompt;
         let (name, text) = spec.prompt(&self.prompt_name).map_err(|m| bad("prompt_name", &self.prompt_name, &m))?;
         if text.is_empty() {
             return Ok(String::new());
@@ -376,14 +380,6 @@ impl EmbedOptions {
                     "the model's prompt '{name}' ({text:?}) already goes before each input; leave embed.prefix \
                      empty, or SET embed.prompt_name = 'none' to use embed.prefix alone"
                 ),
-            ));
-        }
-        if !spec.include_prompt {
-            return Err(bad(
-                "prompt_name",
-                &name,
-                "the model's Pooling config leaves prompt tokens out of the pooling (include_prompt: false), which \
-                 this pipeline does not do; SET embed.prompt_name = 'none'",
             ));
         }
         settings.prefix = text;

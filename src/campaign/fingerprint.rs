@@ -69,6 +69,10 @@ pub struct Fingerprint {
     /// ([`dense_sha256`]). Absent from the JSON for a model without them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dense_sha256: String,
+    /// The prefix's tokens were left out of the pooling (the model's `include_prompt: false`, with a prompt or
+    /// `embed.prefix` applied). Absent from the JSON when false, as before it was recorded.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prompt_unpooled: bool,
 }
 
 impl Fingerprint {
@@ -92,6 +96,7 @@ impl Fingerprint {
             prompt_name: String::new(),
             lineage_sha256: lineage.as_ref().map(|l| l.sha256.clone()).unwrap_or_default(),
             dense_sha256: dense_sha256(spec)?,
+            prompt_unpooled: !settings.pool_prefix && !settings.prefix.is_empty(),
         };
         let dir = std::path::absolute(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
         lineage::remember(
@@ -198,6 +203,10 @@ impl Fingerprint {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A fingerprint value as a person reads it: text as typed (not a JSON string in quotes), `(empty)` for an
@@ -358,6 +367,7 @@ mod tests {
             prompt_name: String::new(),
             lineage_sha256: String::new(),
             dense_sha256: String::new(),
+            prompt_unpooled: false,
         }
     }
 

@@ -309,7 +309,12 @@ impl Embedder {
         let output_f16 = match outputs.iter().find(|(n, _, _)| *n == name).and_then(|(_, _, t)| *t) {
             Some(TensorElementType::Float32) | None => false,
             Some(TensorElementType::Float16) => true,
-            Some(other) => return Err(bad(format!("output `{name}` is {other:?}; float32 or float16 is needed"))),
+            Some(other) => {
+                return Err(bad(format!(
+                    "output `{name}` is {other:?}; float32 or float16 is needed: export the checkpoint with \
+                     scripts/export-onnx (float32, or --dtype float16), which loads bfloat16 weights in float32"
+                )));
+            }
         };
         drop(bound);
         // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
@@ -355,6 +360,7 @@ impl Embedder {
             batch_tokens: 1 << 20,
             max_batch_rows: probe.texts.len(),
             prefix: String::new(),
+            pool_prefix: true,
             truncate_dim: 0,
             refuse_blank: false,
         };
@@ -438,7 +444,7 @@ impl Embedder {
         }
         // Compute and copy back only the output used: with mean pooling in the graph, one vector per
         // row instead of every token's state.
-        let in_graph = self.pooled_in_graph && settings.pooling.is_mean();
+        let in_graph = self.pooled_in_graph && settings.pooling.is_mean() && prompt_pooled(settings);
         let wanted = match &self.output {
             Output::TokenStates(_) if in_graph => POOLED_OUTPUT,
             Output::TokenStates(name) | Output::Sentence(name) => name.as_str(),
@@ -472,12 +478,25 @@ impl Embedder {
         if shape.iter().map(|&d| d as usize).ne(expected.iter().copied()) {
             return Err(Error::Onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
         }
+        // A prompt left out of the pooling (include_prompt: false): its tokens, at the start of every row (the
+        // pipeline pads on the right), get a zero in the pooling's mask, as in sentence-transformers.
+        let skip = match prompt_pooled(settings) {
+            true => 0,
+            false => self.tokenizer.prompt_tokens(&settings.prefix)?.min(len),
+        };
+        let mut pooling_mask = Vec::new();
         let pooled = batch.rows.iter().enumerate().map(|(r, &row)| {
             if !states {
                 return (row, data[r * pooled_dim..(r + 1) * pooled_dim].to_vec());
             }
             let mut v = vec![0.0; pooled_dim];
-            let (tokens, row_mask) = (&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len]);
+            let (tokens, mut row_mask) = (&data[r * len * dim..(r + 1) * len * dim], &mask[r * len..(r + 1) * len]);
+            if skip > 0 {
+                pooling_mask.clear();
+                pooling_mask.extend_from_slice(row_mask);
+                pooling_mask[..skip].fill(0);
+                row_mask = &pooling_mask;
+            }
             settings.pooling.pool_row(tokens, row_mask, dim, &mut v);
             (row, v)
         });
@@ -599,8 +618,11 @@ impl Graph {
     /// `compare-order` rely on.
     fn for_device(spec: &ModelSpec, device: &Device) -> Result<Self> {
         match device {
-            Device::Cpu => Ok(Self::File),
-            Device::Cuda(_) => Self::load(spec),
+            // Only a mean-pooled model uses the added output (an `embed.pooling` override to mean then pools on
+            // the host): a decoder's last-token pooling gains nothing from it, and patching means holding the
+            // whole graph in memory twice more (1.76 GiB for a 0.6B decoder in float32) before the session.
+            Device::Cuda(_) if spec.pooling.is_mean() => Self::load(spec),
+            Device::Cpu | Device::Cuda(_) => Ok(Self::File),
         }
     }
 
@@ -616,6 +638,12 @@ impl Graph {
             None => Self::File,
         })
     }
+}
+
+/// Whether every token of a text is pooled: false when a prefix applies whose tokens the model's pooling
+/// leaves out (`include_prompt: false`).
+fn prompt_pooled(settings: &CallSettings) -> bool {
+    settings.pool_prefix || settings.prefix.is_empty()
 }
 
 /// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
@@ -750,6 +778,14 @@ impl TextEmbedder for Embedder {
             stats.blank = present.iter().filter(|(_, t)| is_blank(t)).count() as u64;
         }
 
+        if !prompt_pooled(settings) && matches!(self.output, Output::Sentence(_)) {
+            return Err(self.spec.onnx_error(
+                "pools by itself (a `sentence_embedding` output), and the model's Pooling config leaves the prompt \
+                 out of the pooling (include_prompt: false), which such a graph cannot do; export the transformer \
+                 alone (scripts/export-onnx), or SET embed.prompt_name = 'none'"
+                    .to_string(),
+            ));
+        }
         let started = Instant::now();
         let prefixed: Vec<String>;
         let strs: Vec<&str> = if settings.prefix.is_empty() {

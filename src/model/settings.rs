@@ -37,6 +37,10 @@ pub struct CallSettings {
     pub batch_tokens: usize,
     pub max_batch_rows: usize,
     pub prefix: String,
+    /// Whether the prefix's tokens count in the pooling. False for a model whose Pooling config has
+    /// `include_prompt: false`: the first [`super::tokenize::TextTokenizer::prompt_tokens`] tokens of each text
+    /// are then left out of it, as sentence-transformers leaves a prompt's out (they still reach the model).
+    pub pool_prefix: bool,
     /// Keep only the first this many dimensions of each pooled vector, then normalise (if normalising):
     /// Matryoshka models. 0 keeps them all.
     pub truncate_dim: usize,

@@ -79,6 +79,15 @@ impl TextTokenizer {
         self.inner.get_vocab(true).into_values().max()
     }
 
+    /// A prompt's length in tokens as sentence-transformers counts it to leave the prompt out of the pooling
+    /// (`include_prompt: false`): the prompt alone with the special tokens the post-processor adds, less a
+    /// trailing special token (BERT's [SEP], a decoder's end of text), so a leading [CLS] counts as prompt.
+    pub fn prompt_tokens(&self, prompt: &str) -> Result<usize> {
+        let enc = self.inner.encode_fast(prompt, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let trailing_special = enc.get_special_tokens_mask().last() == Some(&1);
+        Ok(enc.len() - usize::from(trailing_special))
+    }
+
     /// Tokenise a batch of texts in parallel, each cut to at most `max_tokens` tokens.
     pub fn tokenize(&self, texts: &[&str], max_tokens: usize, side: TruncationSide) -> Result<Vec<Tokenized>> {
         let budget = max_tokens.saturating_sub(self.added);

@@ -64,6 +64,11 @@ fn build(dir: &Path, shape: &str) -> Value {
         .output()
         .unwrap();
     assert!(o.status.success(), "{shape}: {}", String::from_utf8_lossy(&o.stderr));
+    reference_of(dir)
+}
+
+/// The reference vectors [`build`] wrote into `dir`, by prompt name.
+fn reference_of(dir: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap()
 }
 
@@ -195,11 +200,15 @@ async fn xlm_roberta_with_cls_and_a_dense_and_external_weights_matches_sentence_
 /// pipeline pads on the right and takes each text's last token), with and without its query prompt.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_qwen3_decoder_with_last_token_pooling_and_its_prompt_matches_sentence_transformers() {
-    let tmp = shape_matches("qwen3-lasttoken").await;
-    let reference =
-        serde_json::from_slice::<Value>(&std::fs::read(tmp.path().join("reference.json")).unwrap()).unwrap();
+    shape_and_its_query_prompt_match("qwen3-lasttoken").await;
+}
+
+/// `shape` matches sentence-transformers without a prompt, then with its query prompt (into query.lance).
+async fn shape_and_its_query_prompt_match(shape: &str) -> tempfile::TempDir {
+    let tmp = shape_matches(shape).await;
     let ours = run(tmp.path(), "SET embed.prompt_name = 'query';", "query.lance").await;
-    assert_matches("qwen3-lasttoken, query prompt", &ours, &reference["query"]);
+    assert_matches(&format!("{shape}, query prompt"), &ours, &reference_of(tmp.path())["query"]);
+    tmp
 }
 
 /// The same decoder exported in float16: the converter turned the float32 casts of its RMSNorms and rotary
@@ -211,6 +220,33 @@ async fn a_qwen3_decoder_exports_in_float16_and_matches() {
     let report: Value =
         serde_json::from_slice(&pipeline(&["inspect", "out.lance", "--json"], tmp.path()).stdout).unwrap();
     assert_eq!(report["fingerprint"]["model_dtype"].as_str(), Some("float16"), "{report}");
+}
+
+/// The decoder with its weights saved in bfloat16, as Qwen3-Embedding and gte-Qwen2 ship them: the export
+/// stopped with a Python traceback (transformers 5 loaded it in bfloat16 and the trace failed); it now loads in
+/// float32, and both the float32 and the float16 export match sentence-transformers' float32 vectors.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decoder_saved_in_bfloat16_exports_and_matches() {
+    let tmp = shape_matches("qwen3-bfloat16").await;
+    let config: Value = serde_json::from_slice(&std::fs::read(tmp.path().join("ckpt/config.json")).unwrap()).unwrap();
+    assert_eq!(config["dtype"], "bfloat16", "the checkpoint is saved in bfloat16: {config}");
+    let reference = reference_of(tmp.path());
+    std::fs::rename(tmp.path().join("model"), tmp.path().join("model-fp32")).unwrap();
+    let o = export(tmp.path(), &["--dtype", "float16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours = run(tmp.path(), "", "fp16.lance").await;
+    assert_matches("qwen3-bfloat16, float16 export", &ours, &reference[""]);
+}
+
+/// A Pooling config with include_prompt false (INSTRUCTOR's way), cls and mean: with the query prompt, its tokens
+/// ([CLS] included, sentence-transformers' count) reach the model and are left out of both poolings, so cls takes
+/// the first token after the prompt. Before, a prompt on such a model was refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_left_out_of_the_pooling_matches_sentence_transformers() {
+    let tmp = shape_and_its_query_prompt_match("bert-prompt-unpooled").await;
+    let report: Value =
+        serde_json::from_slice(&pipeline(&["inspect", "query.lance", "--json"], tmp.path()).stdout).unwrap();
+    assert_eq!(report["fingerprint"]["prompt_unpooled"], true, "{report}");
 }
 
 /// The older pooling config (one flag per mode) with max and mean_sqrt_len_tokens on: concatenated in

@@ -91,15 +91,25 @@ async fn prompts_apply_by_name_or_default_and_equal_the_same_text_as_a_prefix() 
     let o = pipeline(&["search", "out.lance", "dogs", "--prompt-name", "question"], tmp.path());
     assert!(!o.status.success() && text(&o).1.contains("no prompt 'question'"), "{:?}", text(&o));
 
-    // A model whose pooling leaves the prompt out (INSTRUCTOR-style) is refused with a prompt.
+    // A model whose pooling leaves the prompt out (include_prompt: false, INSTRUCTOR-style): the prompt still
+    // reaches the model, its tokens are not pooled, and the fingerprint says so. (Before, it was refused;
+    // sentence-transformers' own vectors for such a model: tests/it/model_shapes.rs.)
+    let pooled = embedded(&m, "", "embed(text)").await.unwrap();
     let pooling = m.join("1_Pooling/config.json");
     let mut p: serde_json::Value = serde_json::from_slice(&std::fs::read(&pooling).unwrap()).unwrap();
     p["include_prompt"] = false.into();
     std::fs::remove_file(&pooling).unwrap();
     std::fs::write(&pooling, p.to_string()).unwrap();
-    let e = embedded(&m, "", "embed(text)").await.unwrap_err().to_string();
-    assert!(e.contains("include_prompt: false"), "{e}");
-    assert!(embedded(&m, "SET embed.prompt_name = 'none';", "embed(text)").await.is_ok());
+    let unpooled = embedded(&m, "", "embed(text)").await.unwrap();
+    assert_eq!(unpooled.len(), pooled.len());
+    assert!(
+        unpooled.iter().zip(&pooled).all(|(a, b)| max_diff(std::slice::from_ref(a), std::slice::from_ref(b)) > 1e-3)
+    );
+    let options = embedding_pipeline::EmbedOptions::default().with_model(m.display().to_string());
+    assert!(Fingerprint::for_options(&options).unwrap().1.prompt_unpooled);
+    let mut none = options;
+    none.prompt_name = "none".into();
+    assert!(!Fingerprint::for_options(&none).unwrap().1.prompt_unpooled, "no prompt: nothing left out");
 }
 
 async fn dataset_fingerprint(path: &Path) -> Fingerprint {
