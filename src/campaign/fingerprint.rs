@@ -210,13 +210,17 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// A fingerprint value as a person reads it: text as typed (not a JSON string in quotes), `(empty)` for an
-/// empty one, and quotes only around text with leading or trailing blanks, which would not show otherwise.
+/// empty one, and quotes only around text with leading or trailing blanks, which would not show otherwise. A
+/// line break or other control character (an instruction prompt's "\nQuery: ") is written escaped, as `\n`,
+/// so that the value stays on its line.
 pub fn plain_value(v: &serde_json::Value) -> String {
     match v.as_str() {
         None => v.to_string(),
         Some("") => "(empty)".into(),
-        Some(s) if s.trim() != s => format!("'{s}'"),
-        Some(s) => s.to_string(),
+        Some(s) => {
+            let shown = s.escape_debug().to_string().replace("\\'", "'").replace("\\\"", "\"");
+            if s.trim() != s { format!("'{shown}'") } else { shown }
+        }
     }
 }
 
@@ -408,6 +412,10 @@ mod tests {
         let d = a.differences(&other);
         assert_eq!(d[0], ("model".into(), a.model.clone(), "other".into()));
         assert_eq!(d.last().unwrap(), &("prefix".into(), "(empty)".into(), "'q: '".into()));
+        // An instruction prompt's line break stays on the value's line.
+        let v = serde_json::Value::from("Instruct: find it\nQuery: ");
+        assert_eq!(plain_value(&v), "'Instruct: find it\\nQuery: '");
+        assert_eq!(plain_value(&serde_json::Value::from("it's \"quoted\"")), "it's \"quoted\"");
         // A fingerprint from before model_dtype was recorded still matches on everything else.
         let old = Fingerprint::from_json(&a.to_json().replace(r#""model_dtype":"int8","#, "")).unwrap();
         assert_eq!(old.model_dtype, "");
