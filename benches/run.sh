@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -594,6 +594,74 @@ for kind in ("resume", "plain"):
     new, old = min(w for w, _ in runs("new", kind)), min(w for w, _ in runs("base", kind))
     print(f"**{kind}: this build / baseline = {new / old:.3f}** in wall time (fastest run each; target: within noise).")
 print()
+PY
+}
+
+section_verify() {
+  # `pipeline verify` on the whole corpus's campaign (a sample of 1,000 embedded again), and on 1,000,000 rows of
+  # vectors written by a script (no job: the ids and vectors only), to show it streams. The campaign takes about
+  # 27 minutes on 2 cores; BENCH_VERIFY_JOB names a job whose output is already written, to skip it.
+  local job="${BENCH_VERIFY_JOB:-}" n="${BENCH_VERIFY_ROWS:-1000000}" py
+  if [ -z "$job" ]; then
+    job="$WORK/v.sql"
+    job "$job" "$CORPUS" "$WORK/v.lance"
+    "$PIPELINE" plan "$job" > /dev/null
+    "$PIPELINE" run --quiet "$job" > /dev/null
+  fi
+  local out; out=$(sed -n "s/^COPY .* TO '\([^']*\)' STORED AS LANCE;$/\1/p" "$job" | head -1)
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" verify "$out" --job "$job" --json > "$WORK/v.json" || true
+  read -r wv mv < <(tail -1 "$WORK/time")
+  py="$(scripts/setup --test-tools --print)"
+  "$py" - "$out" "$WORK/synthetic.lance" "$n" <<'PY'
+import json, sys, lance, numpy as np, pyarrow as pa
+# 1,000,000 unit vectors of the campaign's width under its schema (and so its fingerprint), in batches, committed
+# with a run record made from the campaign's first (so that verify does not count it as written around the pipeline).
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+campaign = lance.dataset(src)
+schema = campaign.schema
+key = "embedding_pipeline.run"
+record = json.loads(campaign.read_transaction(1).transaction_properties[key])
+record.pop("plan", None)
+record["rows_written"] = n
+dim = schema.field("embedding").type.list_size
+def batches():
+    rng = np.random.default_rng(0)
+    for start in range(0, n, 100_000):
+        m = min(100_000, n - start)
+        v = rng.standard_normal((m, dim), dtype=np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        ids = pa.array([f"synthetic-{i:08d}" for i in range(start, start + m)], pa.string())
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), dim)
+        yield pa.RecordBatch.from_arrays([ids, emb], schema=schema)
+lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), dst, max_rows_per_file=1 << 20,
+                    transaction_properties={key: json.dumps(record)})
+PY
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" verify "$WORK/synthetic.lance" --json > "$WORK/s.json" || true
+  read -r ws ms < <(tail -1 "$WORK/time")
+  python3 - "$wv" "$mv" "$ws" "$ms" "$WORK" > "$RESULTS_DIR/verify.md" <<'PY'
+import json, sys
+wv, mv, ws, ms = map(float, sys.argv[1:5])
+work = sys.argv[5]
+v, s = json.load(open(f"{work}/v.json")), json.load(open(f"{work}/s.json"))
+print("## Verify: `pipeline verify` on the whole campaign, and on a million rows\n")
+print("One run each; wall time and peak RSS are `/usr/bin/time`'s. The campaign is all of debian_desc_en at the")
+print("default settings, verified with its job (ids against the corpus, a sample of 1,000 embedded again on the CPU).")
+print("The million rows are unit vectors written by a script under the campaign's schema, verified without a job")
+print("(the ids and the vectors only): the pass over the vectors streams, so memory follows the id set, not the vectors.\n")
+print("| dataset | rows | verdict | sample rows | wall s | peak RSS MiB |")
+print("|---|---|---|---|---|---|")
+sample = v.get("sample") or {}
+print(f"| campaign, `--job` | {v['rows']:,} | {v['verdict']} | {sample.get('rows', 0):,} | {wv:.1f} | {mv/1024:.0f} |")
+print(f"| synthetic, no job | {s['rows']:,} | {s['verdict']} | - | {ws:.1f} | {ms/1024:.0f} |")
+print()
+if sample:
+    print("The campaign's sample, stratum by stratum (re-embedded on the same CPU that made it):\n")
+    print("| stratum | rows | min cosine | max abs difference |")
+    print("|---|---|---|---|")
+    for k in sample["strata"]:
+        if k["rows"]:
+            print(f"| {k['name']} | {k['rows']} | {k['min_cosine']:.7f} | {k['max_abs_diff']:.2e} |")
+    print()
 PY
 }
 

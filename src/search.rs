@@ -65,7 +65,7 @@ impl SearchRequest {
 }
 
 /// The options that reproduce `fp` with the model in `dir`.
-fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
+pub fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
     let mut options = EmbedOptions::default().with_model(dir.display().to_string());
     options.max_tokens = fp.max_tokens;
     options.truncation = fp.truncation.clone();

@@ -13,7 +13,14 @@ pub fn histogram_svg(
     limit: u64,
     caption: &str,
 ) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| format!("histogram {}: {e}", path.display());
+    let svg = histogram_svg_text(bin_width, bins, limit, caption)
+        .map_err(|e| format!("histogram {}: {e}", path.display()))?;
+    std::fs::write(path, svg).map_err(|e| format!("histogram {}: {e}", path.display()))
+}
+
+/// [`histogram_svg`]'s picture, as SVG text.
+pub fn histogram_svg_text(bin_width: u32, bins: &[u64], limit: u64, caption: &str) -> Result<String, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
     if bins.is_empty() || bin_width == 0 {
         return Err(err(&"need at least one bin and bin_width > 0"));
     }
@@ -22,7 +29,8 @@ pub fn histogram_svg(
     let y_max = bins.iter().copied().max().unwrap_or(0).max(1) * 11 / 10 + 1;
     let (last_start, last) = ((bins.len() as u64 - 1) * w, bins[bins.len() - 1]);
 
-    let root = SVGBackend::new(path, (1000, 520)).into_drawing_area();
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (1000, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 22))
@@ -65,7 +73,10 @@ pub fn histogram_svg(
         .border_style(BLACK)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(svg)
 }
 
 /// The picture's title: how much of the corpus is past the limit.

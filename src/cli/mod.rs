@@ -22,10 +22,12 @@ pub mod lineage;
 pub mod maintain;
 pub mod plan;
 pub mod probe;
+pub mod report;
 pub mod run;
 pub mod search;
 pub mod shell;
 pub mod trial;
+pub mod verify;
 
 use std::path::PathBuf;
 
@@ -410,6 +412,60 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a finished dataset: every id once (with --job, every id of the job's corpus and no other); no NaN,
+    /// infinite or zero vectors, norms as the fingerprint says; no version written around the pipeline; a seeded
+    /// sample, stratified by token length, embedded again with the recorded model directory and compared; the
+    /// lineage chain. Saves the result beside the dataset (<dataset>.verify.json). Exits 0 when sound, 1 with
+    /// findings, 2 when it cannot check.
+    Verify {
+        /// The Lance dataset: `path`, `path@version` or `path@tag`.
+        dataset: String,
+        /// The job that made it: its corpus's ids, and the sample's texts.
+        #[arg(long, value_name = "FILE")]
+        job: Option<PathBuf>,
+        /// Rows of the corpus to embed again (with --job; 0: none).
+        #[arg(long, default_value_t = 1000)]
+        sample: u64,
+        /// The sample's seed: the same seed draws the same rows.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Smallest acceptable cosine between a stored vector and its re-embedding.
+        #[arg(long, default_value_t = 0.9999)]
+        min_cosine: f64,
+        /// The model directory, where the run records do not name it.
+        #[arg(long, value_name = "DIR")]
+        model: Option<PathBuf>,
+        /// Where the sample is embedded again: cpu, cuda or cuda:N.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        /// The id column.
+        #[arg(long, default_value = "id")]
+        id_column: String,
+        /// The vector column.
+        #[arg(long, default_value = "embedding")]
+        column: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
+    /// Show a campaign as one self-contained HTML page (no script, nothing fetched): the fingerprint, the plan's
+    /// token-length histogram and truncation, each commit's rows, useful tokens/s and padding, the devices,
+    /// trials and costs, the lineage chain and the last `pipeline verify`.
+    Report {
+        /// The Lance dataset: `path`, `path@version` or `path@tag`.
+        dataset: String,
+        /// The page to write.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// trial.json files from pipeline trial, shown with their costs (repeatable).
+        #[arg(long = "trial", value_name = "FILE")]
+        trials: Vec<PathBuf>,
+        /// Hourly prices for the trials (see examples/prices.toml).
+        #[arg(long, value_name = "FILE")]
+        prices: Option<PathBuf>,
+    },
     /// Compare the vectors of two datasets, or two versions (`path@3`, `path@tag`), by id: fingerprints,
     /// ids on one side only or twice, cosine and largest difference. Exits 1 when they differ, 2 when
     /// they cannot be compared (a dataset or column missing).
@@ -691,6 +747,14 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
         Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
+        Command::Verify { dataset, job, sample, seed, min_cosine, model, device, id_column, column, json, runtime } => {
+            runtime.apply();
+            let args = verify::VerifyArgs { dataset, job, sample, seed, min_cosine, model, device, id_column, column };
+            verify::verify_command(&args, json).await
+        }
+        Command::Report { dataset, output, trials, prices } => {
+            report::report_command(&dataset, &output, &trials, prices.as_deref()).await
+        }
         Command::Compare {
             a,
             b,

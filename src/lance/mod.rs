@@ -10,6 +10,7 @@ pub mod maintain;
 pub mod resume;
 pub mod sink;
 pub mod table;
+pub mod verify;
 
 pub use format::LanceFormatFactory;
 pub use sink::LanceSink;

@@ -24,3 +24,4 @@ mod sql;
 mod st_features;
 mod stores;
 mod trial;
+mod verify;
