@@ -333,25 +333,36 @@ fn examples(ids: &[String]) -> String {
     if ids.is_empty() { String::new() } else { format!(" (e.g. {})", ids.join(", ")) }
 }
 
-/// The dataset's own ids: distinct, NULL, held twice.
+/// The dataset's own ids: distinct, NULL, held twice; one aggregation, read as it streams.
 async fn dataset_ids(ds: &lance::Dataset, id_column: &str, ids: &mut IdFindings) -> anyhow::Result<()> {
     let ctx = SessionContext::new();
     ctx.register_table("v", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
     let id = quote(id_column);
-    (ids.duplicated, ids.duplicated_examples) = count_and_examples(
-        &ctx,
-        &format!("SELECT {id} FROM v WHERE {id} IS NOT NULL GROUP BY {id} HAVING count(*) > 1"),
-    )
-    .await?;
-    let counts =
-        ctx.sql(&format!("SELECT count(DISTINCT {id}), count(*) - count({id}) FROM v")).await?.collect().await?;
-    let value = |c: usize| {
-        counts
-            .first()
-            .and_then(|b| b.column(c).as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
-            .map_or(0, |a| a.value(0).max(0) as u64)
-    };
-    (ids.distinct, ids.null_ids) = (value(0), value(1));
+    let sql = format!("SELECT {id}, count(*) FROM v GROUP BY {id}");
+    let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let keys = cast(batch.column(0), &DataType::Utf8)?;
+        let keys = keys.as_string::<i32>();
+        let counts = batch
+            .column(1)
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .ok_or_else(|| anyhow!("count(*) is not an Int64"))?;
+        for i in 0..batch.num_rows() {
+            let n = counts.value(i).max(0) as u64;
+            if keys.is_null(i) {
+                ids.null_ids += n;
+                continue;
+            }
+            ids.distinct += 1;
+            if n > 1 {
+                ids.duplicated += 1;
+                if ids.duplicated_examples.len() < EXAMPLES {
+                    ids.duplicated_examples.push(keys.value(i).to_string());
+                }
+            }
+        }
+    }
     Ok(())
 }
 
