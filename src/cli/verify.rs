@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::Exit;
 use super::plan::{JobWrites, counting_input, load_job};
 use crate::campaign::{DeviceInfo, Fingerprint};
-use crate::lance::compare::cosine_and_max_diff;
+use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
 use crate::lance::inspect::newest_run_record;
 use crate::lance::open_dataset;
 use crate::lance::sink::fingerprint_of_dataset;
@@ -329,10 +329,6 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
     })
 }
 
-fn examples(ids: &[String]) -> String {
-    if ids.is_empty() { String::new() } else { format!(" (e.g. {})", ids.join(", ")) }
-}
-
 /// The dataset's own ids: distinct, NULL, held twice; one aggregation, read as it streams.
 async fn dataset_ids(ds: &lance::Dataset, id_column: &str, ids: &mut IdFindings) -> anyhow::Result<()> {
     let ctx = SessionContext::new();
@@ -368,21 +364,6 @@ async fn dataset_ids(ds: &lance::Dataset, id_column: &str, ids: &mut IdFindings)
 
 fn quote(column: &str) -> String {
     format!("\"{}\"", column.replace('"', "\"\""))
-}
-
-/// Rows of a one-column query, with the first few as examples.
-async fn count_and_examples(ctx: &SessionContext, sql: &str) -> anyhow::Result<(u64, Vec<String>)> {
-    let mut stream = ctx.sql(sql).await?.execute_stream().await?;
-    let (mut count, mut out) = (0u64, Vec::new());
-    while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        let ids = cast(batch.column(0), &DataType::Utf8)?;
-        for s in ids.as_string::<i32>().iter().take(EXAMPLES.saturating_sub(out.len())) {
-            out.push(s.unwrap_or("NULL").to_string());
-        }
-        count += batch.num_rows() as u64;
-    }
-    Ok((count, out))
 }
 
 /// What the corpus's ids say: rows, then missing and extra ids with examples.
@@ -423,13 +404,13 @@ async fn read_job(
         .map_err(|e| writes.fail(stmt, &e))?;
     ctx.register_table("__verify_source", source.into_view())?;
     ctx.register_table("__verify_dataset", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
-    let (missing, missing_ex) = count_and_examples(
+    let (missing, missing_ex) = distinct_ids(
         ctx,
         &format!("SELECT s.{id} FROM __verify_source s LEFT ANTI JOIN __verify_dataset d ON s.{id} = d.{id}"),
     )
     .await
     .map_err(|e| writes.fail(stmt, &e))?;
-    let (extra, extra_ex) = count_and_examples(
+    let (extra, extra_ex) = distinct_ids(
         ctx,
         &format!("SELECT DISTINCT d.{id} FROM __verify_dataset d LEFT ANTI JOIN __verify_source s ON d.{id} = s.{id}"),
     )

@@ -183,8 +183,8 @@ pub async fn compare(
     Ok(report)
 }
 
-/// How many distinct values the query's single column holds, with the first few as examples.
-async fn distinct_ids(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<(u64, Vec<String>)> {
+/// How many rows the query's single column gives, with the first few as examples (strings).
+pub(crate) async fn distinct_ids(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<(u64, Vec<String>)> {
     let mut stream = ctx.sql(sql).await?.execute_stream().await?;
     let (mut count, mut examples) = (0u64, Vec::new());
     while let Some(batch) = stream.next().await {
@@ -319,7 +319,8 @@ impl CompareReport {
     }
 }
 
-fn examples(ids: &[String]) -> String {
+/// ` (e.g. a, b)`, or nothing for no examples.
+pub(crate) fn examples(ids: &[String]) -> String {
     if ids.is_empty() { String::new() } else { format!(" (e.g. {})", ids.join(", ")) }
 }
 
