@@ -433,11 +433,18 @@ fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str) {
         }
         *page += "</table>";
     }
-    if !v.findings.is_empty() {
-        *page += "<ul>";
-        for f in &v.findings {
-            let _ = write!(page, "<li class=\"bad\">{}</li>", esc(f));
+    let lines = v.findings.iter().map(|f| ("bad", "FINDING", f)).chain(
+        v.cannot_check.iter().map(|c| ("bad", "CANNOT CHECK", c)).chain(v.notes.iter().map(|n| ("", "note", n))),
+    );
+    let mut any = false;
+    for (class, label, text) in lines {
+        if !any {
+            *page += "<ul>";
+            any = true;
         }
+        let _ = write!(page, "<li><span class=\"{class}\">{label}</span>: {}</li>", esc(text));
+    }
+    if any {
         *page += "</ul>";
     }
 }

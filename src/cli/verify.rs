@@ -13,6 +13,7 @@ use anyhow::{Context, anyhow};
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{DataFrame, SessionContext};
 use futures::StreamExt;
 use lance::datafusion::LanceTableProvider;
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Exit;
-use super::plan::{JobWrites, counting_input, load_job};
+use super::plan::{JobWrites, load_job};
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
 use crate::lance::inspect::newest_run_record;
@@ -219,13 +220,14 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
     let mut drawn = None;
     match &args.job {
         Some(job) => {
-            let (source_ids, candidates) = read_job(job, args, &uri, &ds, &mut notes).await?;
+            let (source_ids, candidates) = read_job(job, args, &uri, &ds, &mut notes, &mut cannot_check).await?;
             ids.job = Some(job.display().to_string());
             (ids.source_rows, ids.missing, ids.missing_examples, ids.extra, ids.extra_examples) = source_ids;
-            if args.sample > 0 {
+            if !candidates.is_empty() {
                 match prepare_sample(args, &ds, &fp, candidates).await {
                     Ok(Ok(d)) => drawn = Some(d),
-                    Ok(Err(finding)) => findings.push(finding),
+                    Ok(Err(finding)) if args.model.is_none() => findings.push(finding),
+                    Ok(Err(why)) => cannot_check.push(format!("the sample: --model {why}")),
                     Err(e) => cannot_check.push(format!("the sample cannot be embedded again: {e:#}")),
                 }
             }
@@ -288,6 +290,7 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
     };
 
     let lineage = super::lineage::report(&args.dataset, true).await?;
+    let gone = lineage.model_dir.as_deref().filter(|d| !Path::new(d).exists()).map(str::to_string);
     let lineage: Vec<LinkCheck> = lineage
         .checks
         .into_iter()
@@ -295,6 +298,10 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
         .collect();
     for c in &lineage {
         match c.status.as_str() {
+            "BROKEN" if c.link == "model directory" && gone.is_some() => cannot_check.push(format!(
+                "lineage: the model directory {} is gone, so its files cannot be checked",
+                gone.as_deref().unwrap_or_default()
+            )),
             "BROKEN" => findings.push(format!("lineage broken at {}: {}", c.link, c.detail)),
             "unchecked" => notes.push(format!("lineage: {} unchecked: {}", c.link, c.detail)),
             _ => {}
@@ -376,26 +383,40 @@ struct Candidate {
     rank: u64,
 }
 
-/// The job's first write into Lance: its ids against the dataset's, and the candidates for the sample (a
-/// seeded subset of its texts, about 16 times the sample).
+/// The job's write into this dataset (else its first write into Lance): its ids against the dataset's, and the
+/// candidates for the sample (the texts of the ids lowest in the seeded order, 16 times the sample at most).
 async fn read_job(
     job: &Path,
     args: &VerifyArgs,
     uri: &str,
     ds: &lance::Dataset,
     notes: &mut Vec<String>,
+    cannot_check: &mut Vec<String>,
 ) -> anyhow::Result<(SourceIds, Vec<Candidate>)> {
     let (session, statements) = load_job(job)?;
     let mut writes = JobWrites::new(job, &session, &statements);
-    let Some((stmt, write, target)) = writes.next().await? else {
+    let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    let mut chosen = None;
+    while let Some((stmt, write, target)) = writes.next().await? {
+        let here = real(&target.uri) == real(uri);
+        if chosen.is_none() || here {
+            chosen = Some((stmt, write, target));
+        }
+        if here {
+            break;
+        }
+    }
+    let Some((stmt, _, target)) = chosen else {
         return Err(anyhow!(
             "{} writes nothing into Lance (COPY … STORED AS LANCE): it is not a campaign",
             job.display()
         ));
     };
-    let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
     if real(&target.uri) != real(uri) {
-        notes.push(format!("the job writes {}, not this dataset; its corpus was checked against this one", target.uri));
+        notes.push(format!(
+            "the job does not write this dataset (its first write is into {}); that write's corpus was checked against it",
+            target.uri
+        ));
     }
     let ctx = session.context();
     let id = quote(&args.id_column);
@@ -406,49 +427,102 @@ async fn read_job(
     ctx.register_table("__verify_dataset", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
     let (missing, missing_ex) = distinct_ids(
         ctx,
-        &format!("SELECT s.{id} FROM __verify_source s LEFT ANTI JOIN __verify_dataset d ON s.{id} = d.{id}"),
+        &format!(
+            "SELECT DISTINCT s.{id} FROM __verify_source s LEFT ANTI JOIN __verify_dataset d ON s.{id} = d.{id} \
+             WHERE s.{id} IS NOT NULL"
+        ),
     )
     .await
     .map_err(|e| writes.fail(stmt, &e))?;
     let (extra, extra_ex) = distinct_ids(
         ctx,
-        &format!("SELECT DISTINCT d.{id} FROM __verify_dataset d LEFT ANTI JOIN __verify_source s ON d.{id} = s.{id}"),
+        &format!(
+            "SELECT DISTINCT d.{id} FROM __verify_dataset d LEFT ANTI JOIN __verify_source s ON d.{id} = s.{id} \
+             WHERE d.{id} IS NOT NULL"
+        ),
     )
     .await?;
+    let source_rows = ctx.sql("SELECT count(*) FROM __verify_source").await?.collect().await?;
+    let source_rows = source_rows
+        .first()
+        .and_then(|b| b.column(0).as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
+        .map_or(0, |a| a.value(0).max(0) as u64);
+    let ids = (Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex);
+    if args.sample == 0 {
+        return Ok((ids, Vec::new()));
+    }
 
-    // The texts, as the write reads them.
-    let (input, text) = counting_input(&session, &write, &target).await.map_err(|e| writes.fail(stmt, &e))?;
-    let rows = ds.count_rows(None).await? as u64;
-    let keep_below = if args.sample == 0 {
-        0
-    } else {
-        let share = (16.0 * args.sample as f64 / rows.max(1) as f64).min(1.0);
-        (share * u64::MAX as f64) as u64
+    // The texts, as the write's query computes them beside its ids.
+    let Some(texts) = texts_plan(&target.input, &args.id_column) else {
+        cannot_check.push(format!(
+            "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \
+             its texts cannot be read beside their ids",
+            target.uri
+        ));
+        return Ok((ids, Vec::new()));
     };
-    let mut stream = datafusion::physical_plan::execute_stream(input, ctx.task_ctx())?;
-    let (mut source_rows, mut candidates) = (0u64, Vec::new());
+    let keep = 16 * args.sample as usize;
+    let mut lowest = std::collections::BinaryHeap::new();
+    let mut stream = DataFrame::new(ctx.state(), texts).execute_stream().await.map_err(|e| writes.fail(stmt, &e))?;
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(|e| writes.fail(stmt, &e))?;
-        source_rows += batch.num_rows() as u64;
-        if keep_below == 0 {
-            continue;
-        }
-        let ids = batch
-            .column_by_name(&args.id_column)
-            .ok_or_else(|| anyhow!("the job's write has no id column `{}`", args.id_column))?;
-        let ids = cast(ids, &DataType::Utf8)?;
+        let ids = cast(batch.column(0), &DataType::Utf8)?;
         let ids = ids.as_string::<i32>();
-        let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
-        let texts = crate::udf::embed::string_values(&texts)?;
+        let texts = crate::udf::embed::string_values(batch.column(1))?;
         for (i, t) in texts.into_iter().enumerate() {
             let (Some(t), true) = (t, ids.is_valid(i)) else { continue };
             let rank = seeded_rank(args.seed, ids.value(i));
-            if rank <= keep_below {
-                candidates.push(Candidate { id: ids.value(i).to_string(), text: t.to_string(), rank });
+            if lowest.len() < keep || lowest.peek().is_some_and(|c: &Candidate| rank < c.rank) {
+                lowest.push(Candidate { id: ids.value(i).to_string(), text: t.to_string(), rank });
+                if lowest.len() > keep {
+                    lowest.pop();
+                }
             }
         }
     }
-    Ok(((Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex), candidates))
+    Ok((ids, lowest.into_vec()))
+}
+
+/// The write's ids and texts: its query with `embed(text)` replaced by `text` (the id first, the text second),
+/// where the query is one projection holding the call.
+fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
+    let LogicalPlan::Projection(p) = input else { return None };
+    let (mut id, mut text) = (None, None);
+    let id_column = p.schema.fields().iter().position(|f| f.name() == id_column);
+    for (i, e) in p.expr.iter().enumerate() {
+        let e = e.clone().unalias();
+        if Some(i) == id_column {
+            id = Some(e.clone());
+        }
+        if let Expr::ScalarFunction(f) = &e
+            && f.name() == "embed"
+        {
+            text = f.args.first().cloned();
+        }
+    }
+    LogicalPlanBuilder::from(p.input.as_ref().clone())
+        .project(vec![id?.alias("__verify_id"), text?.alias("__verify_text")])
+        .ok()?
+        .build()
+        .ok()
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank == other.rank
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    /// By seeded rank, so that a max-heap drops the highest.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank.cmp(&other.rank)
+    }
 }
 
 /// An id's place in the seeded order: the first 8 bytes of SHA-256 of the seed and the id (the same on every
@@ -709,7 +783,7 @@ impl VerifyReport {
                 s.model_dir,
                 device(&Some(s.checked_on.clone())),
                 device(&s.made_on),
-                if s.same_device {
+                if s.same_device || s.made_on.is_none() {
                     ""
                 } else {
                     " (another device or provider: differences beyond rounding are possible)"

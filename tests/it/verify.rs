@@ -159,6 +159,24 @@ fn verify_exits_2_when_it_cannot_check() {
     assert_eq!(o.status.code(), Some(2), "{v}");
     assert_eq!(v["verdict"], "cannot check", "{v}");
     assert!(v["cannot_check"].to_string().contains("no/such/model is gone"), "{v}");
+    // The model directory the run recorded is gone: its lineage link cannot be checked, nor the sample made.
+    let model = dir.join("model-copy");
+    assert!(Command::new("cp").arg("-r").arg(super::common::model_dir()).arg(&model).status().unwrap().success());
+    let sql = std::fs::read_to_string(dir.join("job.sql")).unwrap();
+    let sql = sql.replace(&super::common::model_dir().display().to_string(), &model.display().to_string());
+    std::fs::write(dir.join("copy.sql"), sql.replace("out/docs.lance", "out/copy.lance")).unwrap();
+    let o = pipeline(&["run", "copy.sql"], dir);
+    assert!(o.status.success(), "{}", text(&o).1);
+    std::fs::remove_dir_all(&model).unwrap();
+    let (o, v) = verify(dir, "out/copy.lance", &[]);
+    assert_eq!(o.status.code(), Some(2), "{v}");
+    assert!(v["findings"].as_array().unwrap().is_empty(), "{v}");
+    assert!(v["cannot_check"].to_string().contains("model-copy is gone"), "{v}");
+    // With the job, which cannot be planned without its model: the job's own error, naming the directory.
+    let o = pipeline(&["verify", "out/copy.lance", "--job", "copy.sql"], dir);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("model-copy: model directory not found"), "{err}");
     // A dataset not written by embed(): nothing to check its vectors against.
     python(
         "import sys, lance, pyarrow as pa\nlance.write_dataset(pa.table({'id': ['a'], 'embedding': pa.FixedSizeListArray.from_arrays(pa.array([1.0, 0.0], pa.float32()), 2)}), sys.argv[1])",
@@ -171,6 +189,55 @@ fn verify_exits_2_when_it_cannot_check() {
     assert!(err.contains("holds no fingerprint"), "{err}");
     let o = pipeline(&["verify", "no-such.lance"], dir);
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn verify_reads_the_write_into_the_dataset_whatever_its_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    campaign(dir, 20);
+    // The same fortunes under another key and text column.
+    let rows: Vec<String> = std::fs::read_to_string(dir.join("docs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            serde_json::json!({"key": v["id"], "body": v["text"]}).to_string()
+        })
+        .collect();
+    std::fs::write(dir.join("docs2.jsonl"), rows.join("\n") + "\n").unwrap();
+    // Three writes: the plain one, a computed id in the original order, and a UNION ALL of both.
+    let sql = format!(
+        "SET embed.model = '{}';\nSET embed.order = 'original';\n\
+         CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+         CREATE EXTERNAL TABLE docs2 STORED AS JSON LOCATION 'docs2.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/a.lance' STORED AS LANCE;\n\
+         COPY (SELECT 'k-' || key AS id, embed(body) AS embedding FROM docs2) TO 'out/b.lance' STORED AS LANCE;\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs UNION ALL SELECT 'k-' || key AS id, embed(body) AS embedding \
+         FROM docs2) TO 'out/c.lance' STORED AS LANCE;\n",
+        super::common::model_dir().display()
+    );
+    std::fs::write(dir.join("three.sql"), sql).unwrap();
+    let o = pipeline(&["run", "three.sql"], dir);
+    assert!(o.status.success(), "{}", text(&o).1);
+    // The second write's corpus and texts, not the first's: every id there, every row embedded again.
+    let (o, v) = verify(dir, "out/b.lance", &["--job", "three.sql"]);
+    assert!(o.status.success(), "{v}");
+    assert_eq!((v["ids"]["missing"].as_u64(), v["ids"]["extra"].as_u64()), (Some(0), Some(0)), "{v}");
+    assert_eq!(v["sample"]["rows"].as_u64(), Some(20), "{v}");
+    assert!(v["notes"].as_array().unwrap().iter().all(|n| !n.to_string().contains("does not write")), "{v}");
+    // A union: its ids are checked, its texts cannot be read beside them, which is said (exit 2).
+    let (o, v) = verify(dir, "out/c.lance", &["--job", "three.sql"]);
+    assert_eq!(o.status.code(), Some(2), "{v}");
+    assert_eq!((v["ids"]["missing"].as_u64(), v["ids"]["extra"].as_u64()), (Some(0), Some(0)), "{v}");
+    assert!(v["cannot_check"].to_string().contains("not one SELECT with embed()"), "{v}");
+    let (o, v) = verify(dir, "out/c.lance", &["--job", "three.sql", "--sample", "0"]);
+    assert!(o.status.success(), "{v}");
+    // The job's write into another dataset is used, and said to be.
+    let (o, v) = verify(dir, "out/a.lance", &["--job", "job.sql"]);
+    assert!(o.status.success(), "{v}");
+    let (_, v) = verify(dir, "out/docs.lance", &["--job", "three.sql", "--sample", "0"]);
+    assert!(v["notes"].to_string().contains("the job does not write this dataset"), "{v}");
 }
 
 /// Chromium, as scripts/setup --test-tools installs it.
