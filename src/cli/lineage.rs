@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::campaign::fingerprint::sha256_file;
 use crate::campaign::lineage::{self, LINEAGE_FILE, Link};
@@ -33,23 +33,23 @@ pub struct LineageReport {
 }
 
 /// One link re-checked.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Check {
     pub link: String,
     /// 'ok', 'BROKEN', or 'unchecked' (the link cannot be reached from here).
-    pub status: &'static str,
+    pub status: String,
     pub detail: String,
 }
 
 impl Check {
     fn ok(link: &str, detail: impl Into<String>) -> Self {
-        Self { link: link.into(), status: "ok", detail: detail.into() }
+        Self { link: link.into(), status: "ok".into(), detail: detail.into() }
     }
     fn broken(link: &str, detail: impl Into<String>) -> Self {
-        Self { link: link.into(), status: "BROKEN", detail: detail.into() }
+        Self { link: link.into(), status: "BROKEN".into(), detail: detail.into() }
     }
     fn unchecked(link: &str, detail: impl Into<String>) -> Self {
-        Self { link: link.into(), status: "unchecked", detail: detail.into() }
+        Self { link: link.into(), status: "unchecked".into(), detail: detail.into() }
     }
 }
 

@@ -415,8 +415,8 @@ pub enum Command {
     /// Check a finished dataset: every id once (with --job, every id of the job's corpus and no other); no NaN,
     /// infinite or zero vectors, norms as the fingerprint says; no version written around the pipeline; a seeded
     /// sample, stratified by token length, embedded again with the recorded model directory and compared; the
-    /// lineage chain. Saves the result beside the dataset (<dataset>.verify.json). Exits 0 when sound, 1 with
-    /// findings, 2 when it cannot check.
+    /// lineage chain. Keeps the result beside the dataset (<dataset>.verify.json, one per version checked).
+    /// Exits 0 when sound, 1 with findings, 2 when it cannot check, 130 when stopped by ctrl-C (nothing saved).
     Verify {
         /// The Lance dataset: `path`, `path@version` or `path@tag`.
         dataset: String,
@@ -651,7 +651,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
     match command {
         Command::Run { files: _, commands: _, settings, output, restart, plan, no_plan, runtime } => {
             runtime.apply();
-            stop_on_signals();
+            stop_on_signals(StopSays::Committing);
             let plans = match (plan, no_plan) {
                 (Some(dir), _) => run::PlanChoice::Dir(dir),
                 (None, true) => run::PlanChoice::Off,
@@ -750,7 +750,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Verify { dataset, job, sample, seed, min_cosine, model, device, id_column, column, json, runtime } => {
             runtime.apply();
             let args = verify::VerifyArgs { dataset, job, sample, seed, min_cosine, model, device, id_column, column };
-            verify::verify_command(&args, json).await
+            verify::verify_command(&args, json, quiet).await
         }
         Command::Report { dataset, output, trials, prices } => {
             report::report_command(&dataset, &output, &trials, prices.as_deref()).await
@@ -842,17 +842,29 @@ pub(crate) fn remember_terminal() {
     }
 }
 
+/// What the first ctrl-C says it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopSays {
+    /// A write: it commits the rows already embedded, then stops.
+    Committing,
+    /// A command that writes nothing on the way (`pipeline verify`): it stops and saves nothing.
+    NothingToCommit,
+}
+
 /// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once. A SIGTERM
 /// at `pipeline sql`'s prompt, where nothing runs, exits at once.
 ///
 /// The signals are watched on a thread of their own, so that a second one is answered even while the
-/// main runtime is busy or shutting down.
-pub(crate) fn stop_on_signals() {
-    let watcher = || -> std::io::Result<()> {
+/// main runtime is busy or shutting down. Returns once they are watched (or that failed and was said), so that
+/// a signal sent after anything the command prints is never met by the default action.
+pub(crate) fn stop_on_signals(says: StopSays) {
+    let (ready, watching) = std::sync::mpsc::channel::<()>();
+    let watcher = move || -> std::io::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async {
             use tokio::signal::unix::{SignalKind, signal};
             let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+            let _ = ready.send(());
             // NOTE: a `for` over an endless range, not `loop`, so that the block's `Ok(())` still types it.
             for _ in 0u64.. {
                 let terminated = tokio::select! {
@@ -870,12 +882,20 @@ pub(crate) fn stop_on_signals() {
                 }
                 // The first since the last stop was honoured (pipeline sql clears it after each statement).
                 if !crate::campaign::interrupt::stop_requested() {
-                    eprintln!("stopping: committing the rows already embedded (press ctrl-C again to exit at once)");
+                    match says {
+                        StopSays::Committing => eprintln!(
+                            "stopping: committing the rows already embedded (press ctrl-C again to exit at once)"
+                        ),
+                        StopSays::NothingToCommit => eprintln!("stopping (press ctrl-C again to exit at once)"),
+                    }
                     crate::campaign::interrupt::request_stop();
                 } else {
-                    eprintln!(
-                        "exiting at once; rows since the last commit are lost and will be embedded on the next run"
-                    );
+                    match says {
+                        StopSays::Committing => eprintln!(
+                            "exiting at once; rows since the last commit are lost and will be embedded on the next run"
+                        ),
+                        StopSays::NothingToCommit => eprintln!("exiting at once"),
+                    }
                     // NOTE: _exit, not exit: exit's handlers would tear down ONNX Runtime under a running call.
                     // SAFETY: _exit ends the process; nothing after it runs.
                     unsafe { libc::_exit(130) }
@@ -884,11 +904,15 @@ pub(crate) fn stop_on_signals() {
             Ok(())
         })
     };
-    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
         if let Err(e) = watcher() {
-            eprintln!("warning: cannot watch for ctrl-C ({e}); ctrl-C will stop the run without committing");
+            eprintln!("warning: cannot watch for ctrl-C ({e}); ctrl-C will stop the command at once");
         }
     });
+    if spawned.is_ok() {
+        // Err: the watcher failed and said so (its sender dropped).
+        let _ = watching.recv_timeout(std::time::Duration::from_secs(5));
+    }
 }
 
 /// An error that asks for an exit code of its own (the binary exits 1 for any other error).
@@ -903,6 +927,8 @@ impl Exit {
     pub const DIFFER: u8 = 1;
     /// `pipeline compare`: the datasets could not be compared.
     pub const CANNOT: u8 = 2;
+    /// Stopped by ctrl-C or SIGTERM with nothing to keep (as a shell reports a SIGINT: 128 + 2).
+    pub const STOPPED: u8 = 130;
 
     pub fn with(code: u8, error: anyhow::Error) -> anyhow::Error {
         anyhow::Error::new(Self { code, error })

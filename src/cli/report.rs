@@ -11,7 +11,7 @@ use plotters::prelude::*;
 
 use super::cost::{CostReport, Prices, cost};
 use super::trial::TrialReport;
-use super::verify::{VerifyReport, verify_path};
+use super::verify::{VerifyReport, last_verify};
 use crate::campaign::plan::{PLAN_FILE, Plan};
 use crate::campaign::{Fingerprint, RunRecord};
 use crate::lance::inspect::{existing_versions, version_records};
@@ -73,10 +73,7 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
     let prices = prices.map(Prices::read).transpose()?;
     let costs = if trials.is_empty() { None } else { Some(cost(&trials, prices.as_ref(), None)?) };
     let lineage = super::lineage::report(location, false).await?;
-    let verified = std::fs::read(verify_path(&uri))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<VerifyReport>(&b).ok())
-        .filter(|r| r.version <= version);
+    let verified = last_verify(&uri, version);
 
     let mut page = String::new();
     head(&mut page, &format!("{} — embedding campaign", file_name(&uri)));
@@ -103,7 +100,7 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
         );
     }
     page += "</table>";
-    verify_section(&mut page, verified.as_ref(), &uri);
+    verify_section(&mut page, verified.as_ref(), &uri, version);
     let _ = writeln!(
         page,
         "<footer>Made by pipeline {} on {}.</footer></body></html>",
@@ -189,16 +186,22 @@ fn summary(
         if wall > 0.0 { count((useful as f64 / wall) as u64) } else { "n/a".into() },
         esc(&devices.join("; ")),
         match verified {
-            Some(v) => verdict(v),
+            Some(v) => verdict(v, version),
             None => format!("none (<code>pipeline verify {}</code>)", esc(uri)),
         }
     );
 }
 
-fn verdict(v: &VerifyReport) -> String {
+/// The verdict of a verify of `v.version`, on a page showing `shown`.
+fn verdict(v: &VerifyReport, shown: u64) -> String {
     let class = if v.verdict == "sound" { "sound" } else { "bad" };
+    let older = if v.version < shown {
+        format!(" (an older version: version {shown}, shown here, is not verified)")
+    } else {
+        String::new()
+    };
     format!(
-        "<span class=\"{class}\">{}</span> at version {}, {}",
+        "<span class=\"{class}\">{}</span> at version {}, {}{older}",
         esc(&v.verdict.to_uppercase()),
         v.version,
         esc(&v.checked_at)
@@ -390,7 +393,7 @@ fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Op
     }
 }
 
-fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str) {
+fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str, shown: u64) {
     *page += "<h2>Last verify</h2>";
     let Some(v) = v else {
         let _ = write!(page, "<p>Not verified yet: <code>pipeline verify {} --job job.sql</code>.</p>", esc(uri));
@@ -399,7 +402,7 @@ fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str) {
     let _ = write!(
         page,
         "<p>{} ({} rows, {:.1} s). Ids: {} distinct, {} held more than once{}.</p>",
-        verdict(v),
+        verdict(v, shown),
         count(v.rows),
         v.seconds,
         count(v.ids.distinct),

@@ -137,7 +137,7 @@ async fn join_source(hits: RecordBatch, source: &str, id: &str) -> anyhow::Resul
     if source_schema.column_with_name(id).is_none() {
         bail!("--join {source}: no id column `{id}` (name it with --id)");
     }
-    let quoted = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
+    let quoted = crate::lance::quote_ident;
     let extra: Vec<String> = source_schema
         .fields()
         .iter()

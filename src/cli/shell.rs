@@ -25,7 +25,7 @@ const MORE: &str = "       -> ";
 /// Run the set-up statements, then read statements from the terminal (or standard input) until the end.
 pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Result<()> {
     // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
-    super::stop_on_signals();
+    super::stop_on_signals(super::StopSays::Committing);
     let session = job_session(settings).await?;
     let mut json_sources = Vec::new();
     for s in setup {

@@ -14,23 +14,25 @@ use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
-use datafusion::prelude::{DataFrame, SessionContext};
+use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use lance::datafusion::LanceTableProvider;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Exit;
+use super::lineage::Check;
 use super::plan::{JobWrites, load_job};
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
-use crate::lance::inspect::newest_run_record;
-use crate::lance::open_dataset;
+use crate::lance::inspect::{id_counts, newest_run_record};
 use crate::lance::sink::fingerprint_of_dataset;
 use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
+use crate::lance::{open_dataset, quote_ident};
 use crate::model::TextEmbedder;
 
-/// The file beside a local dataset that keeps its last verify result (`pipeline report` shows it).
+/// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
+/// shows the one of the version it shows).
 pub const VERIFY_SUFFIX: &str = ".verify.json";
 
 /// What to verify, and how.
@@ -53,7 +55,8 @@ pub struct VerifyArgs {
     pub column: String,
 }
 
-/// What `pipeline verify` found. Saved beside a local dataset as `<dataset>.verify.json`.
+/// What `pipeline verify` found. Kept beside a local dataset in `<dataset>.verify.json`, with the results of the
+/// other versions checked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VerifyReport {
     pub dataset: String,
@@ -70,7 +73,7 @@ pub struct VerifyReport {
     /// The re-embedded sample; null when none was drawn (no --job, or --sample 0).
     pub sample: Option<SampleFindings>,
     /// The lineage chain, each link checked.
-    pub lineage: Vec<LinkCheck>,
+    pub lineage: Vec<Check>,
     /// Faults found, in words.
     pub findings: Vec<String>,
     /// Checks asked for that could not be made, in words.
@@ -102,15 +105,6 @@ pub struct IdFindings {
     /// Ids of the dataset the corpus lacks.
     pub extra: Option<u64>,
     pub extra_examples: Vec<String>,
-}
-
-/// One link of the lineage chain as `pipeline lineage --verify` checked it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LinkCheck {
-    pub link: String,
-    /// 'ok', 'BROKEN' or 'unchecked'.
-    pub status: String,
-    pub detail: String,
 }
 
 /// The sample embedded again.
@@ -153,9 +147,25 @@ pub struct StratumCheck {
 }
 
 /// `pipeline verify`: print the report, save it beside the dataset, exit 1 with findings, 2 when it could not
-/// check what was asked.
-pub async fn verify_command(args: &VerifyArgs, json: bool) -> anyhow::Result<()> {
-    let report = verify(args).await.map_err(|e| Exit::with(Exit::CANNOT, e))?;
+/// check what was asked. Ctrl-C or SIGTERM stops it (exit 130) and nothing is saved: it writes nothing else.
+pub async fn verify_command(args: &VerifyArgs, json: bool, quiet: bool) -> anyhow::Result<()> {
+    super::stop_on_signals(super::StopSays::NothingToCommit);
+    let stage = |what: &str| {
+        if !quiet {
+            eprintln!("verify: {what}");
+        }
+    };
+    let result = tokio::select! {
+        r = verify(args, &stage) => r,
+        () = crate::campaign::interrupt::stopped() => Err(anyhow!("stopped")),
+    };
+    if crate::campaign::interrupt::stop_requested() {
+        return Err(Exit::with(
+            Exit::STOPPED,
+            anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset),
+        ));
+    }
+    let report = result.map_err(|e| Exit::with(Exit::CANNOT, e))?;
     let saved = save(&report);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -179,29 +189,63 @@ pub async fn verify_command(args: &VerifyArgs, json: bool) -> anyhow::Result<()>
     }
 }
 
-/// Keep the report beside a local dataset (the version checked is inside it).
+/// Keep the report beside a local dataset with those of the other versions checked: the newest check of each
+/// version, so that checking an old version does not hide the newest's result.
 fn save(report: &VerifyReport) -> anyhow::Result<Option<PathBuf>> {
-    if !crate::stores::is_local(&report.dataset) {
-        return Ok(None);
-    }
-    let path = verify_path(&report.dataset);
-    std::fs::write(&path, serde_json::to_string_pretty(report)?)
+    let Some(path) = verify_path(&report.dataset) else { return Ok(None) };
+    let mut kept = saved_results(&path);
+    kept.retain(|r| r.version != report.version);
+    kept.push(report.clone());
+    kept.sort_by_key(|r| r.version);
+    // Written whole, then renamed over the old file: an interrupted save leaves the old results.
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, serde_json::to_string_pretty(&kept)?)
+        .and_then(|()| std::fs::rename(&partial, &path))
         .with_context(|| format!("cannot save the result to {}", path.display()))?;
     Ok(Some(path))
 }
 
-/// Where a local dataset's last verify result is kept.
-pub fn verify_path(uri: &str) -> PathBuf {
-    PathBuf::from(format!("{}{VERIFY_SUFFIX}", uri.trim_end_matches('/')))
+/// The file beside a local dataset (its real place, a link resolved, so that each of its names finds the same
+/// file) that keeps its verify results; none for a dataset in an object store.
+pub fn verify_path(uri: &str) -> Option<PathBuf> {
+    if !crate::stores::is_local(uri) {
+        return None;
+    }
+    let path = uri.strip_prefix("file://").unwrap_or(uri);
+    let path = Path::new(path.trim_end_matches('/'));
+    let mut file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).into_os_string();
+    file.push(VERIFY_SUFFIX);
+    Some(file.into())
 }
 
-/// Check the dataset.
-pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
+/// The verify results kept in `file`, oldest version first (none when there is no file or it cannot be read).
+fn saved_results(file: &Path) -> Vec<VerifyReport> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Saved {
+        Versions(Vec<VerifyReport>),
+        One(Box<VerifyReport>),
+    }
+    match std::fs::read(file).ok().and_then(|b| serde_json::from_slice::<Saved>(&b).ok()) {
+        Some(Saved::Versions(v)) => v,
+        Some(Saved::One(r)) => vec![*r],
+        None => Vec::new(),
+    }
+}
+
+/// The result of the newest check of `version` or of the newest version before it, kept beside the dataset at
+/// `uri`.
+pub fn last_verify(uri: &str, version: u64) -> Option<VerifyReport> {
+    saved_results(&verify_path(uri)?).into_iter().filter(|r| r.version <= version).max_by_key(|r| r.version)
+}
+
+/// Check the dataset, saying each stage through `stage`.
+pub async fn verify(args: &VerifyArgs, stage: &dyn Fn(&str)) -> anyhow::Result<VerifyReport> {
     crate::memory::mark_before_load();
     let started = Instant::now();
     let ds = open_dataset(&args.dataset).await?;
     let version = ds.version().version;
-    let uri = ds.uri().to_string();
+    let uri = ds.uri().trim_end_matches('/').to_string();
     let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
         anyhow!(
             "{}: the dataset holds no fingerprint (it was not written by embed()), so there is nothing to check its \
@@ -220,10 +264,12 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
     let mut drawn = None;
     match &args.job {
         Some(job) => {
+            stage(&format!("reading the corpus of {}", job.display()));
             let (source_ids, candidates) = read_job(job, args, &uri, &ds, &mut notes, &mut cannot_check).await?;
             ids.job = Some(job.display().to_string());
             (ids.source_rows, ids.missing, ids.missing_examples, ids.extra, ids.extra_examples) = source_ids;
             if !candidates.is_empty() {
+                stage(&format!("counting the tokens of {} candidates for the sample", candidates.len()));
                 match prepare_sample(args, &ds, &fp, candidates).await {
                     Ok(Ok(d)) => drawn = Some(d),
                     Ok(Err(finding)) if args.model.is_none() => findings.push(finding),
@@ -241,12 +287,15 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
 
     // One pass over the vectors, keeping the sample's.
     let wanted: HashSet<String> = drawn.iter().flat_map(|d: &Drawn| d.rows.iter().map(|r| r.id.clone())).collect();
+    stage(&format!("reading the ids and vectors of version {version}"));
     let scan = scan_vectors(&ds, &args.id_column, &args.column, fp.normalize, &wanted).await?;
     if scan.vectors.dim != fp.dim {
         findings.push(format!("the vectors have {} values, the fingerprint says {}", scan.vectors.dim, fp.dim));
     }
     findings.extend(scan.vectors.faults());
-    dataset_ids(&ds, &args.id_column, &mut ids).await?;
+    let counts = id_counts(Arc::new(ds.clone()), &args.id_column, EXAMPLES).await?;
+    (ids.distinct, ids.null_ids, ids.duplicated, ids.duplicated_examples) =
+        (counts.distinct, counts.nulls, counts.duplicated, counts.duplicated_examples);
     if ids.null_ids > 0 {
         findings.push(format!("{} rows have a NULL id", ids.null_ids));
     }
@@ -271,6 +320,7 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
 
     let sample = match drawn {
         Some(d) => {
+            stage(&format!("embedding {} sampled rows again on {}", d.rows.len(), d.embedder.device().device));
             let s = compare_sample(d, &scan.stored, &fp, args).await?;
             if s.below > 0 {
                 findings.push(format!(
@@ -289,13 +339,10 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
         None => None,
     };
 
+    stage("checking the lineage");
     let lineage = super::lineage::report(&args.dataset, true).await?;
     let gone = lineage.model_dir.as_deref().filter(|d| !Path::new(d).exists()).map(str::to_string);
-    let lineage: Vec<LinkCheck> = lineage
-        .checks
-        .into_iter()
-        .map(|c| LinkCheck { link: c.link, status: c.status.to_string(), detail: c.detail })
-        .collect();
+    let lineage = lineage.checks;
     for c in &lineage {
         match c.status.as_str() {
             "BROKEN" if c.link == "model directory" && gone.is_some() => cannot_check.push(format!(
@@ -334,43 +381,6 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<VerifyReport> {
         seconds: started.elapsed().as_secs_f64(),
         peak_memory_bytes: crate::memory::peak().unwrap_or(0),
     })
-}
-
-/// The dataset's own ids: distinct, NULL, held twice; one aggregation, read as it streams.
-async fn dataset_ids(ds: &lance::Dataset, id_column: &str, ids: &mut IdFindings) -> anyhow::Result<()> {
-    let ctx = SessionContext::new();
-    ctx.register_table("v", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
-    let id = quote(id_column);
-    let sql = format!("SELECT {id}, count(*) FROM v GROUP BY {id}");
-    let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
-    while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        let keys = cast(batch.column(0), &DataType::Utf8)?;
-        let keys = keys.as_string::<i32>();
-        let counts = batch
-            .column(1)
-            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
-            .ok_or_else(|| anyhow!("count(*) is not an Int64"))?;
-        for i in 0..batch.num_rows() {
-            let n = counts.value(i).max(0) as u64;
-            if keys.is_null(i) {
-                ids.null_ids += n;
-                continue;
-            }
-            ids.distinct += 1;
-            if n > 1 {
-                ids.duplicated += 1;
-                if ids.duplicated_examples.len() < EXAMPLES {
-                    ids.duplicated_examples.push(keys.value(i).to_string());
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-fn quote(column: &str) -> String {
-    format!("\"{}\"", column.replace('"', "\"\""))
 }
 
 /// What the corpus's ids say: rows, then missing and extra ids with examples.
@@ -419,7 +429,7 @@ async fn read_job(
         ));
     }
     let ctx = session.context();
-    let id = quote(&args.id_column);
+    let id = quote_ident(&args.id_column);
     let source = DataFrame::new(ctx.state(), target.input.as_ref().clone())
         .select_columns(&[args.id_column.as_str()])
         .map_err(|e| writes.fail(stmt, &e))?;
@@ -527,7 +537,7 @@ impl Ord for Candidate {
 
 /// An id's place in the seeded order: the first 8 bytes of SHA-256 of the seed and the id (the same on every
 /// machine and in every version).
-fn seeded_rank(seed: u64, id: &str) -> u64 {
+pub(crate) fn seeded_rank(seed: u64, id: &str) -> u64 {
     let mut h = Sha256::new();
     h.update(seed.to_le_bytes());
     h.update(id.as_bytes());
@@ -664,7 +674,7 @@ async fn compare_sample(
     let e = Arc::clone(&embedder);
     let vectors = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        e.embed(&refs, &settings)
+        e.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::campaign::interrupt::stop_requested)
     })
     .await??;
     let dim = if rows.is_empty() { 1 } else { vectors.vectors.len() / rows.len() };

@@ -103,8 +103,7 @@ pub async fn compare(
         ctx.register_table(name, Arc::new(LanceTableProvider::new(Arc::new(ds), false, false)))
             .map_err(|e| Error::Lance { uri: location.into(), message: e.to_string() })?;
     }
-    let q = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
-    let (id, v) = (q(id_column), q(vector_column));
+    let (id, v) = (super::quote_ident(id_column), super::quote_ident(vector_column));
     let err =
         |e: datafusion::error::DataFusionError| Error::Lance { uri: format!("{a} vs {b}"), message: e.to_string() };
     let ids_of = |sql: String| {

@@ -205,26 +205,65 @@ pub async fn newest_run_record(
     Ok(None)
 }
 
-/// Count distinct and NULL ids with DataFusion, which spills rather than holding every id.
+/// Whether the ids are unique: distinct and NULL ids counted.
 async fn check_ids(ds: Arc<Dataset>, column: &str) -> Result<IdReport> {
+    let c = id_counts(ds, column, 0).await?;
+    Ok(IdReport {
+        column: column.to_string(),
+        unique: c.nulls == 0 && c.duplicated == 0,
+        distinct: c.distinct,
+        nulls: c.nulls,
+    })
+}
+
+/// A dataset's ids counted: `inspect`'s uniqueness and `verify`'s ids.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IdCounts {
+    pub rows: u64,
+    pub distinct: u64,
+    /// Rows whose id is NULL.
+    pub nulls: u64,
+    /// Ids held more than once, and up to the `examples` asked for of them.
+    pub duplicated: u64,
+    pub duplicated_examples: Vec<String>,
+}
+
+/// Count the ids of `ds` in one aggregation by id, read as it streams (DataFusion's hash aggregation: its
+/// memory grows with the distinct ids, not with the rows).
+pub async fn id_counts(ds: Arc<Dataset>, column: &str, examples: usize) -> Result<IdCounts> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use futures::StreamExt;
     let uri = ds.uri().to_string();
     let df_err = |e: datafusion::error::DataFusionError| Error::Lance { uri: uri.clone(), message: e.to_string() };
     let ctx = SessionContext::new();
     ctx.register_table("t", Arc::new(LanceTableProvider::new(ds, false, false))).map_err(df_err)?;
-    let quoted = format!("\"{}\"", column.replace('"', "\"\""));
-    let sql = format!("SELECT count(*), count({quoted}), count(DISTINCT {quoted}) FROM t");
-    let batches = ctx.sql(&sql).await.map_err(df_err)?.collect().await.map_err(df_err)?;
-    let get = |i: usize| {
-        use datafusion::arrow::array::AsArray;
-        batches[0].column(i).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0) as u64
-    };
-    let (rows, non_null, distinct) = (get(0), get(1), get(2));
-    Ok(IdReport {
-        column: column.to_string(),
-        unique: non_null == rows && distinct == rows,
-        distinct,
-        nulls: rows - non_null,
-    })
+    let id = super::quote_ident(column);
+    let sql = format!("SELECT {id}, count(*) FROM t GROUP BY {id}");
+    let mut stream = ctx.sql(&sql).await.map_err(df_err)?.execute_stream().await.map_err(df_err)?;
+    let mut out = IdCounts::default();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(df_err)?;
+        let keys = datafusion::arrow::compute::cast(batch.column(0), &datafusion::arrow::datatypes::DataType::Utf8)
+            .map_err(|e| df_err(e.into()))?;
+        let keys = keys.as_string::<i32>();
+        let counts = batch.column(1).as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        for i in 0..batch.num_rows() {
+            let n = counts.value(i).max(0) as u64;
+            out.rows += n;
+            if keys.is_null(i) {
+                out.nulls += n;
+                continue;
+            }
+            out.distinct += 1;
+            if n > 1 {
+                out.duplicated += 1;
+                if out.duplicated_examples.len() < examples {
+                    out.duplicated_examples.push(keys.value(i).to_string());
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl DatasetReport {

@@ -65,6 +65,11 @@ pub(crate) fn no_vector_column(schema: &lance::datatypes::Schema, column: &str) 
     }
 }
 
+/// A column name as a SQL identifier: double-quoted, inner quotes doubled, so any name reads as itself.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// Turn a user's location into the URI Lance opens: a local path is made absolute (relative to the
 /// working directory); anything with a scheme is kept as it is.
 pub fn dataset_uri(location: &str) -> String {

@@ -69,7 +69,7 @@ fn verify_passes_a_clean_campaign_and_names_each_planted_fault() {
     assert!(strata.len() >= 3, "{s}");
     assert!(v["lineage"].as_array().unwrap().iter().any(|c| c["link"] == "model directory" && c["status"] == "ok"));
     let saved: Value = serde_json::from_slice(&std::fs::read(dir.join("out/docs.lance.verify.json")).unwrap()).unwrap();
-    assert_eq!(saved["verdict"], "sound");
+    assert_eq!((saved[0]["verdict"].as_str(), saved[0]["version"].as_u64()), (Some("sound"), v["version"].as_u64()));
 
     // Without the job: the dataset's own checks, and a note on what was not checked.
     let (o, v) = verify(dir, "out/docs.lance", &[]);
@@ -241,6 +241,79 @@ fn verify_reads_the_write_into_the_dataset_whatever_its_shape() {
 }
 
 /// Chromium, as scripts/setup --test-tools installs it.
+/// Ctrl-C and SIGTERM stop a verify (exit 130) with nothing saved; the results of several versions are kept
+/// side by side, an old version's check not hiding the newest's; a dataset read through a link, with a
+/// trailing slash, keeps its results beside the dataset itself, where the report on its real path finds them.
+#[test]
+fn verify_stops_when_asked_and_keeps_each_versions_result_beside_the_real_dataset() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(corpus).unwrap().lines().take(120).map(String::from).collect();
+    docs_job(dir, "job.sql", "");
+    // Two versions: 60 rows, then the corpus grown to 120 and the job run again.
+    for n in [60, 120] {
+        std::fs::write(dir.join("docs.jsonl"), lines[..n].join("\n") + "\n").unwrap();
+        let o = pipeline(&["run", "job.sql"], dir);
+        assert!(o.status.success(), "{}", text(&o).1);
+    }
+    let saved = dir.join("out/docs.lance.verify.json");
+
+    // Stopped once it has begun (it says its first stage after it watches for signals): exit 130, nothing saved.
+    for signal in ["-INT", "-TERM"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args(["verify", "out/docs.lance", "--job", "job.sql"])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        while !said.contains("verify: reading the corpus") {
+            assert!(stderr.read_line(&mut said).unwrap() > 0, "{signal}: it never began: {said}");
+        }
+        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+        assert_eq!(status.code(), Some(130), "{signal}: {said}");
+        assert!(said.contains("verify stopped before its end, as asked; no result was saved"), "{signal}: {said}");
+        assert!(!saved.exists(), "{signal}: a stopped verify saved a result");
+    }
+
+    // The newest version, then an older one: both kept, the newest's still there.
+    let (o, newest) = verify(dir, "out/docs.lance", &["--job", "job.sql", "--sample", "10"]);
+    assert!(o.status.success(), "{newest}");
+    let latest = newest["version"].as_u64().unwrap();
+    let older = format!("out/docs.lance@{}", latest - 1);
+    let (o, v) = verify(dir, &older, &[]);
+    assert!(o.status.success(), "{v}");
+    assert_eq!((v["version"].as_u64(), v["rows"].as_u64()), (Some(latest - 1), Some(60)), "{v}");
+    let kept: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    let versions: Vec<u64> = kept.as_array().unwrap().iter().map(|r| r["version"].as_u64().unwrap()).collect();
+    assert_eq!(versions, [latest - 1, latest], "{kept}");
+    assert_eq!(kept[1]["sample"]["rows"].as_u64(), Some(10), "the newest check kept whole: {kept}");
+    // Each version's page shows its own result.
+    for (at, shows) in [("out/docs.lance".to_string(), latest), (older.clone(), latest - 1)] {
+        let o = pipeline(&["report", &at, "-o", "page.html"], dir);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let page = std::fs::read_to_string(dir.join("page.html")).unwrap();
+        assert!(page.contains(&format!("SOUND</span> at version {shows},")), "{at}: {page}");
+    }
+
+    // Through a link, with a trailing slash: the result goes beside the dataset itself, named without the slash,
+    // and a check again of the same version replaces its result.
+    std::os::unix::fs::symlink(dir.join("out/docs.lance"), dir.join("link.lance")).unwrap();
+    let (o, v) = verify(dir, "link.lance/", &["--sample", "0"]);
+    assert!(o.status.success(), "{v}");
+    assert!(!v["dataset"].as_str().unwrap().ends_with('/'), "{v}");
+    assert!(!dir.join("link.lance.verify.json").exists());
+    let kept: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    assert_eq!(kept.as_array().unwrap().len(), 2, "{kept}");
+    assert_eq!((kept[1]["version"].as_u64(), kept[1]["checked_at"].clone()), (Some(latest), v["checked_at"].clone()));
+}
+
 fn chromium() -> PathBuf {
     let path = PathBuf::from("/usr/bin/chromium");
     assert!(path.is_file(), "the report's test needs Debian's chromium: run scripts/setup --test-tools");
