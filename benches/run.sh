@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -674,6 +674,83 @@ if sample:
         if k["rows"]:
             print(f"| {k['name']} | {k['rows']} | {k['min_cosine']:.7f} | {k['max_abs_diff']:.2e} |")
     print()
+PY
+}
+
+section_evaluate() {
+  # `pipeline evaluate` on the whole corpus's campaign: 1,000 held-out pairs (a seeded 1,000 of its texts, each asked
+  # with its first line, the package's one-line summary), every vector scored. Against the Python route a user
+  # would write: the same queries embedded by `pipeline embed`, the vectors read with pylance, numpy's matrix
+  # product and argpartition; both must give the same scores. BENCH_EVALUATE_JOB names a job whose output is
+  # already written (the campaign takes about 27 minutes on 2 cores).
+  local job="${BENCH_EVALUATE_JOB:-}" py out
+  if [ -z "$job" ]; then
+    job="$WORK/e.sql"
+    job "$job" "$CORPUS" "$WORK/e.lance"
+    "$PIPELINE" run --quiet "$job" > /dev/null
+  fi
+  out=$(sed -n "s/^COPY .* TO '\([^']*\)' STORED AS LANCE;$/\1/p" "$job" | head -1)
+  py="$(scripts/setup --test-tools --print)"
+  python3 - "$CORPUS" "$WORK" <<'PY'
+import hashlib, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
+with open(f"{sys.argv[2]}/pairs.jsonl", "w") as p, open(f"{sys.argv[2]}/queries.jsonl", "w") as q:
+    for r in rows[:1000]:
+        p.write(json.dumps({"query": r["text"].split("\n")[0], "id": r["id"]}) + "\n")
+        q.write(json.dumps({"id": r["id"], "text": r["text"].split("\n")[0]}) + "\n")
+PY
+  local runs="${BENCH_RUNS:-3}" i times=""
+  for i in $(seq "$runs"); do
+    /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" evaluate "$out" --pairs "$WORK/pairs.jsonl" --json > "$WORK/e.json"
+    times="$times $(tail -1 "$WORK/time" | tr ' ' ':')"
+    /usr/bin/time -f "%e %M" -o "$WORK/time" bash -c "'$PIPELINE' embed --file '$WORK/queries.jsonl' > '$WORK/q.vectors' && '$py' - '$out' '$WORK' > '$WORK/n.json'" <<'PY'
+import json, sys, time
+import lance, numpy as np
+ds, work = lance.dataset(sys.argv[1]), sys.argv[2]
+queries = [json.loads(l) for l in open(f"{work}/queries.jsonl")]
+q = np.array([json.loads(l)["vector"] for l in open(f"{work}/q.vectors")], dtype=np.float32)
+t = ds.to_table(columns=["id", "embedding"])
+ids = t.column("id").to_numpy(zero_copy_only=False)
+v = t.column("embedding").combine_chunks().values.to_numpy().reshape(len(ids), -1)
+v = v / np.linalg.norm(v, axis=1, keepdims=True)
+q = q / np.linalg.norm(q, axis=1, keepdims=True)
+s = q @ v.T
+top = np.argpartition(-s, 10, axis=1)[:, :10]
+order = np.take_along_axis(top, np.argsort(-np.take_along_axis(s, top, axis=1), axis=1), axis=1)
+r1 = r10 = mrr = 0.0
+for j, qr in enumerate(queries):
+    hits = list(ids[order[j]])
+    if qr["id"] in hits:
+        k = hits.index(qr["id"])
+        r1 += k == 0; r10 += 1; mrr += 1 / (k + 1)
+n = len(queries)
+print(json.dumps({"recall@1": r1 / n, "recall@10": r10 / n, "mrr@10": mrr / n}))
+PY
+    times="$times numpy:$(tail -1 "$WORK/time" | tr ' ' ':')"
+  done
+  python3 - "$WORK" $times > "$RESULTS_DIR/evaluate.md" <<'PY'
+import json, sys
+work = sys.argv[1]
+e = json.load(open(f"{work}/e.json"))["datasets"][0]
+n = json.load(open(f"{work}/n.json"))
+ours = [tuple(map(float, x.split(":"))) for x in sys.argv[2:] if not x.startswith("numpy:")]
+theirs = [tuple(map(float, x.split(":")[1:])) for x in sys.argv[2:] if x.startswith("numpy:")]
+recall = dict((k, r) for k, r in e["recall"])
+same = all(abs(a - b) < 1e-9 for a, b in [(recall[1], n["recall@1"]), (recall[10], n["recall@10"]), (e["mrr_at_10"], n["mrr@10"])])
+print("## Evaluate: `pipeline evaluate` on the whole campaign, against pylance and numpy\n")
+print(f"1,000 held-out pairs from debian_desc_en ({e['rows']:,} vectors): a seeded 1,000 of its texts, each asked with")
+print("its first line (the package's one-line summary); every vector scored by exact cosine. The baseline is the")
+print("route a Python user would write: the queries embedded by `pipeline embed`, the vectors read with pylance,")
+print(f"numpy's matrix product and argpartition. Fastest of {len(ours)} runs each, alternated; peak RSS is `/usr/bin/time`'s.\n")
+print("| route | recall@1 | recall@10 | MRR@10 | nDCG@10 | wall s | peak RSS MiB |")
+print("|---|---|---|---|---|---|---|")
+w, m = min(ours)
+print(f"| `pipeline evaluate --pairs` | {recall[1]:.4f} | {recall[10]:.4f} | {e['mrr_at_10']:.4f} | {e['ndcg_at_10']:.4f} | {w:.1f} | {m/1024:.0f} |")
+w2, m2 = min(theirs)
+print(f"| `pipeline embed` + pylance + numpy | {n['recall@1']:.4f} | {n['recall@10']:.4f} | {n['mrr@10']:.4f} | - | {w2:.1f} | {m2/1024:.0f} |")
+print()
+print(f"**Same scores: {'yes' if same else 'NO'}; wall time, evaluate / baseline = {w / w2:.2f}; peak RSS {m / m2:.2f}.**\n")
 PY
 }
 

@@ -100,44 +100,9 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
             args.dataset
         )
     })?;
-    let dir = match &args.model {
-        Some(dir) => dir.clone(),
-        None => {
-            let found = newest_run_record(&ds, ds.version().version, |r| r.model_dir.is_some()).await?;
-            found.and_then(|(_, r)| r.model_dir).map(PathBuf::from).ok_or_else(|| {
-                anyhow!(
-                    "{}: its run records do not say where the model is (written by an older version); search it \
-                     with pipeline search --model DIR, naming the model directory that made it",
-                    args.dataset
-                )
-            })?
-        }
-    };
-    let mut options = options_for(&fp, &dir);
-    if let Some(name) = &args.prompt_name {
-        (options.prompt_name, options.prefix) = (name.clone(), String::new());
-    }
-    let (settings, now) = Fingerprint::for_options(&options).with_context(|| match &args.model {
-        Some(_) => format!("the model directory given to search {}", args.dataset),
-        None => format!("the model that made {}, as its run records name it", args.dataset),
-    })?;
-    let mut differences = fp.differences(&now);
-    if args.prompt_name.is_some() {
-        // The query's own prompt: the one field allowed to differ.
-        differences.retain(|(k, _, _)| k != "prefix");
-    }
-    if !differences.is_empty() {
-        let lines: Vec<String> =
-            differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
-        bail!(
-            "refusing to search {}: the model directory {} does not make its vectors, so a query embedded with it \
-             would not be comparable:\n{}\nSearch with the model directory that made them (pipeline search --model DIR).",
-            args.dataset,
-            dir.display(),
-            lines.join("\n")
-        );
-    }
-    let embedder = options.embedder()?;
+    let (embedder, settings) = query_model(&ds, &fp, &args.dataset, args.model.as_deref(), args.prompt_name.as_deref())
+        .await
+        .with_context(|| format!("refusing to search {}", args.dataset))?;
     let query = args.query.clone();
     let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
     let q = Float32Array::from(vector.vectors);
@@ -164,6 +129,54 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
         scan.filter(filter).with_context(|| format!("the filter {filter}"))?;
     }
     Ok(scan.try_into_batch().await?)
+}
+
+/// The model that embeds queries for the dataset `ds` (fingerprint `fp`) exactly as its vectors were: the
+/// directory its run records name (or `model`), which must give the fingerprint, every field of it, but for the
+/// prompt when `prompt_name` asks for another of the model's prompts (e5's `query`).
+pub async fn query_model(
+    ds: &lance::Dataset,
+    fp: &Fingerprint,
+    label: &str,
+    model: Option<&std::path::Path>,
+    prompt_name: Option<&str>,
+) -> anyhow::Result<(std::sync::Arc<crate::model::Embedder>, crate::model::CallSettings)> {
+    let dir = match model {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let found = newest_run_record(ds, ds.version().version, |r| r.model_dir.is_some()).await?;
+            found.and_then(|(_, r)| r.model_dir).map(PathBuf::from).ok_or_else(|| {
+                anyhow!(
+                    "{label}: its run records do not say where the model is (written by an older version); name the \
+                     model directory that made it with --model DIR"
+                )
+            })?
+        }
+    };
+    let mut options = options_for(fp, &dir);
+    if let Some(name) = prompt_name {
+        (options.prompt_name, options.prefix) = (name.to_string(), String::new());
+    }
+    let (settings, now) = Fingerprint::for_options(&options).with_context(|| match model {
+        Some(_) => format!("the model directory given for {label}"),
+        None => format!("the model that made {label}, as its run records name it"),
+    })?;
+    let mut differences = fp.differences(&now);
+    if prompt_name.is_some() {
+        // The query's own prompt: the one field allowed to differ.
+        differences.retain(|(k, _, _)| k != "prefix");
+    }
+    if !differences.is_empty() {
+        let lines: Vec<String> =
+            differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
+        bail!(
+            "the model directory {} does not make the vectors of {label}, so a query embedded with it would not be \
+             comparable:\n{}\nName the model directory that made them with --model DIR.",
+            dir.display(),
+            lines.join("\n")
+        );
+    }
+    Ok((options.embedder()?, settings))
 }
 
 /// The columns a search of a dataset of `schema` returns: every column but the vectors, then `_distance`.

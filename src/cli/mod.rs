@@ -12,6 +12,7 @@ pub mod cost;
 pub mod devices;
 pub mod display;
 pub mod embed;
+pub mod evaluate;
 pub mod histogram;
 pub mod inspect;
 pub mod invariance;
@@ -450,6 +451,53 @@ pub enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    /// How well each dataset's vectors retrieve the judged documents of held-out queries, side by side:
+    /// recall@k, MRR@10 and nDCG@10, each dataset's queries embedded with its own model under its own
+    /// fingerprint, every vector scored (exact cosine). --overlap K with two datasets of the same ids: how many
+    /// of a sampled id's K nearest neighbours stay its neighbours under the second representation.
+    Evaluate {
+        /// Lance datasets (`path`, `path@version` or `path@tag`), shown side by side.
+        #[arg(required = true)]
+        datasets: Vec<String>,
+        /// Held-out queries, JSON lines with `id` (or `_id`) and `text` (BEIR's queries.jsonl).
+        #[arg(long, value_name = "FILE", requires = "qrels", conflicts_with = "pairs")]
+        queries: Option<PathBuf>,
+        /// Relevance judgements: `query-id corpus-id score` per line (BEIR's qrels TSV; TREC's four columns too).
+        #[arg(long, value_name = "FILE", requires = "queries")]
+        qrels: Option<PathBuf>,
+        /// Held-out pairs instead: JSON lines with `query` and the relevant document's `id`.
+        #[arg(long, value_name = "FILE")]
+        pairs: Option<PathBuf>,
+        /// Cut-offs of recall (comma-separated).
+        #[arg(short, long = "k", value_delimiter = ',', default_values_t = [1, 5, 10, 100])]
+        ks: Vec<usize>,
+        /// Embed the queries with this prompt of the model (e5's `query`), not the documents' own.
+        #[arg(long, value_name = "NAME")]
+        query_prompt: Option<String>,
+        /// The model directory, where the run records do not name it (one dataset only).
+        #[arg(long, value_name = "DIR")]
+        model: Option<PathBuf>,
+        /// With two datasets of the same ids: compare each sampled id's K nearest neighbours in both.
+        #[arg(long, value_name = "K")]
+        overlap: Option<usize>,
+        /// Ids sampled for --overlap.
+        #[arg(long, default_value_t = 200)]
+        overlap_sample: usize,
+        /// The seed of the --overlap sample.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The id column.
+        #[arg(long, default_value = "id")]
+        id_column: String,
+        /// The vector column.
+        #[arg(long, default_value = "embedding")]
+        column: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        runtime: Runtime,
+    },
     /// Show a campaign as one self-contained HTML page (no script, nothing fetched): the fingerprint, the plan's
     /// token-length histogram and truncation, each commit's rows, useful tokens/s and padding, the devices,
     /// trials and costs, the lineage chain and the last `pipeline verify`.
@@ -751,6 +799,42 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             runtime.apply();
             let args = verify::VerifyArgs { dataset, job, sample, seed, min_cosine, model, device, id_column, column };
             verify::verify_command(&args, json, quiet).await
+        }
+        Command::Evaluate {
+            datasets,
+            queries,
+            qrels,
+            pairs,
+            ks,
+            query_prompt,
+            model,
+            overlap,
+            overlap_sample,
+            seed,
+            id_column,
+            column,
+            json,
+            runtime,
+        } => {
+            runtime.apply();
+            let judgements = match (queries, qrels, pairs) {
+                (Some(q), Some(r), _) => Some(evaluate::read_queries_and_qrels(&q, &r)?),
+                (_, _, Some(p)) => Some(evaluate::read_pairs(&p)?),
+                _ => None,
+            };
+            let args = evaluate::EvaluateArgs {
+                datasets,
+                judgements,
+                ks,
+                model,
+                query_prompt,
+                id_column,
+                column,
+                overlap,
+                overlap_sample,
+                seed,
+            };
+            evaluate::evaluate_command(&args, json).await
         }
         Command::Report { dataset, output, trials, prices } => {
             report::report_command(&dataset, &output, &trials, prices.as_deref()).await

@@ -7,6 +7,7 @@ mod cli_habits;
 mod cluster;
 mod common;
 mod errors;
+mod evaluate;
 mod integrity;
 mod lineage;
 mod maintain;
