@@ -278,7 +278,7 @@ section_trial() {
     --reference "$WORK/cpu-2t.lance" > "$WORK/trial1.out"
   read -r wr mr fr < <(timed "$WORK/trial.sql")
   "$PIPELINE" cost "$WORK/cpu-2t.json" "$WORK/cpu-1t.json" --prices examples/prices.toml --deadline 40min \
-    --chart "$ROOT/docs/cost-cpu.svg" > "$WORK/cost.txt"
+    --chart docs/cost-cpu.svg > "$WORK/cost.txt"
   python3 - "$wr" "$mr" "$WORK" > "$RESULTS_DIR/trial.md" <<'PY'
 import json, sys
 wr, mr = float(sys.argv[1]), float(sys.argv[2])
@@ -288,7 +288,8 @@ t2, t1 = json.load(open(f"{work}/cpu-2t.json")), json.load(open(f"{work}/cpu-1t.
 p, s = t2["prediction"], t2["sample"]
 print("## Trial: `pipeline probe`, `pipeline trial` and `pipeline cost`\n")
 print(f"All {t2['corpus']['rows']:,} documents of debian_desc_en ({t2['corpus']['useful_tokens']:,} useful tokens).\n")
-print(f"**Probe** (`pipeline probe`, longest texts {probe['longest_tokens']} tokens, from {probe['longest_from']}):\n")
+# The machine's paths stay out of the page: the plan is named by its file name.
+print(f"**Probe** (`pipeline probe`, longest texts {probe['longest_tokens']} tokens, from {probe['longest_from'].replace(work + '/', '')}):\n")
 print("| batch_tokens | rows | peak RSS MiB | useful tokens/s |")
 print("|---|---|---|---|")
 for st in probe["steps"]:

@@ -291,7 +291,7 @@ async fn score_dataset(
     }
     let n = judged.len() as f64;
     Ok(DatasetScores {
-        dataset: dataset.to_string(),
+        dataset: dataset.trim_end_matches('/').to_string(),
         version: ds.version().version,
         rows: ranked.rows,
         model: fp.model.clone(),
@@ -578,7 +578,7 @@ impl EvaluateReport {
             row("nDCG@10".into(), self.datasets.iter().map(|d| d.ndcg_at_10).collect());
             for (i, d) in self.datasets.iter().enumerate() {
                 out += &format!(
-                    "[{}] {}@{} ({} rows): {} (sha256 {}…){}, {:.1} s{}\n",
+                    "[{}] {} (version {}, {} rows): {} (sha256 {}…){}, {:.1} s{}\n",
                     i + 1,
                     d.dataset,
                     d.version,

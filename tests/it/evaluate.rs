@@ -108,7 +108,12 @@ fn evaluate_scores_two_representations_side_by_side_as_search_ranks_them() {
     let o = pipeline(&["evaluate", "out/docs.lance", "out/short.lance", "--pairs", "pairs.jsonl"], dir);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    assert!(out.contains("recall@10") && out.contains("nDCG@10") && out.contains("[2] out/short.lance@"), "{out}");
+    assert!(
+        out.contains("recall@10")
+            && out.contains("nDCG@10")
+            && out.contains("[2] out/short.lance (version 1, 300 rows)"),
+        "{out}"
+    );
 
     // Neighbour overlap: a copy keeps every neighbour; the cut texts move them.
     assert!(
