@@ -520,33 +520,16 @@ async fn overlap(args: &EvaluateArgs, k: usize) -> anyhow::Result<Overlap> {
     })
 }
 
-/// The vectors of the `wanted` ids (as float32), read in one pass.
+/// The vectors of the `wanted` ids (as float32), read in one bounded pass: verify's pass over the vectors,
+/// whose findings are not needed here.
 async fn stored_vectors(
     ds: &lance::Dataset,
     id_column: &str,
     column: &str,
     wanted: &HashSet<String>,
 ) -> anyhow::Result<HashMap<String, Vec<f32>>> {
-    let mut out = HashMap::new();
-    let mut scanner = ds.scan();
-    scanner.project(&[id_column, column])?;
-    let mut stream = scanner.try_into_stream().await?;
-    while let Some(batch) = stream.try_next().await? {
-        let ids = cast(batch.column(0), &DataType::Utf8)?;
-        let ids = ids.as_string::<i32>();
-        let Some(list) = batch.column(1).as_fixed_size_list_opt() else {
-            bail!("{}: column `{column}` holds no vectors", ds.uri());
-        };
-        let dim = list.value_length() as usize;
-        let values = cast(list.values(), &DataType::Float32)?;
-        let values = values.as_primitive::<Float32Type>().values();
-        for i in 0..batch.num_rows() {
-            if ids.is_valid(i) && list.is_valid(i) && wanted.contains(ids.value(i)) {
-                out.insert(ids.value(i).to_string(), values[i * dim..(i + 1) * dim].to_vec());
-            }
-        }
-    }
-    Ok(out)
+    let scan = crate::lance::verify::scan_vectors(ds, id_column, column, false, wanted).await?;
+    Ok(scan.stored.into_iter().filter_map(|(id, v)| Some((id, v?))).collect())
 }
 
 impl EvaluateReport {
