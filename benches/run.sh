@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -752,6 +752,60 @@ w2, m2 = min(theirs)
 print(f"| `pipeline embed` + pylance + numpy | {n['recall@1']:.4f} | {n['recall@10']:.4f} | {n['mrr@10']:.4f} | - | {w2:.1f} | {m2/1024:.0f} |")
 print()
 print(f"**Same scores: {'yes' if same else 'NO'}; wall time, evaluate / baseline = {w / w2:.2f}; peak RSS {m / m2:.2f}.**\n")
+PY
+}
+
+section_adapt() {
+  # scripts/adapt, base against adapted: pairs cut from a corpus by tests/fixtures/make_pairs.py (each text's first
+  # half asks for its second half; every fifth held out), the default model's checkpoint fine-tuned on the rest
+  # (read from a Lance version), base and adapted float32 exports embedding every second half, and
+  # `pipeline evaluate` on the held-out pairs. BENCH_ADAPT_CORPUS (default the quickstart's fortunes) and
+  # BENCH_ADAPT_ARGS (the training's settings) change it.
+  local corpus="${BENCH_ADAPT_CORPUS:-$ROOT/examples/data/fortunes.jsonl}"
+  local args="${BENCH_ADAPT_ARGS:---batch-size 16 --steps 40 --lr 1e-4 --max-seq-length 64}" ckpt m
+  python3 tests/fixtures/make_pairs.py "$corpus" "$WORK/pairs"
+  ckpt=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print([i["name"] for i in r["inputs"] if i["facets"].get("embeddingPipeline_model", {}).get("role") == "checkpoint"][0])' models/all-MiniLM-L6-v2-fp32/lineage.json)
+  printf "CREATE EXTERNAL TABLE pairs STORED AS JSON LOCATION '%s';\nCOPY (SELECT id, anchor, positive FROM pairs) TO '%s' STORED AS LANCE;\n" \
+    "$WORK/pairs/train.jsonl" "$WORK/pairs.lance" > "$WORK/train.sql"
+  "$PIPELINE" run --quiet "$WORK/train.sql" > /dev/null
+  # shellcheck disable=SC2086
+  /usr/bin/time -f "%e %M" -o "$WORK/adapt.time" scripts/adapt "$ckpt" "$WORK/adapted" --pairs "$WORK/pairs.lance@1" $args 2> "$WORK/adapt.log"
+  PIPELINE="$PIPELINE" scripts/export-onnx "$WORK/adapted" "$WORK/m-adapted" 2> "$WORK/export.log"
+  for m in base adapted; do
+    MODEL=$([ $m = base ] && echo "$ROOT/models/all-MiniLM-L6-v2-fp32" || echo "$WORK/m-adapted") \
+      job "$WORK/$m.sql" "$WORK/pairs/corpus.jsonl" "$WORK/$m.lance"
+    "$PIPELINE" run --quiet "$WORK/$m.sql" > /dev/null
+  done
+  "$PIPELINE" evaluate "$WORK/base.lance" "$WORK/adapted.lance" --pairs "$WORK/pairs/heldout.jsonl" --json > "$WORK/e.json"
+  python3 - "$WORK" "$(basename "$corpus")" "$args" > "$RESULTS_DIR/adapt.md" <<'PY'
+import json, sys
+work, corpus, args = sys.argv[1:4]
+e = json.load(open(f"{work}/e.json"))
+t = json.load(open(f"{work}/adapted/training.json"))
+wall, rss = map(float, open(f"{work}/adapt.time").read().split()[-2:])
+h, d, mem = t["hyperparameters"], t["training_data"], t["memory"]
+print("## Adapt: base against adapted on held-out pairs\n")
+print(f"Pairs cut from `{corpus}` by `tests/fixtures/make_pairs.py`: each text's first half asks for its second half;")
+print(f"{d['rows']:,} train (a Lance version), {e['judged']:,} held out. `scripts/adapt {args}` (seed {t['seed']}, {h['loss']}),")
+print(f"then both float32 exports embed all {e['datasets'][0]['rows']:,} second halves and `pipeline evaluate --pairs` scores")
+print(f"the held-out queries. Training: {h['steps']} steps in {t['seconds']['training']:.0f} s on {t['device']['threads']} CPU threads ({t['device']['name']}),")
+print(f"loss {t['loss_per_step'][0]:.3f} → {t['loss_per_step'][-1]:.3f}; the whole script {wall:.0f} s, peak RSS {rss / 1024:.0f} MiB.\n")
+print("| model | recall@1 | recall@10 | MRR@10 | nDCG@10 |")
+print("|---|---|---|---|---|")
+for name, ds in zip(["base (all-MiniLM-L6-v2, float32)", "adapted"], e["datasets"]):
+    r = dict((k, v) for k, v in ds["recall"])
+    print(f"| {name} | {r[1]:.3f} | {r[10]:.3f} | {ds['mrr_at_10']:.3f} | {ds['ndcg_at_10']:.3f} |")
+b = mem["longest_batch"]
+print(f"\nMemory of one step on the longest batch ({b['pairs']} pairs, {b['padded_tokens']:,} padded tokens), measured on")
+print(f"{mem['measured_on']} before the first step; 'fits' is the largest batch whose estimate is within the card less")
+print(f"{mem['margin']:.0%} and 1 GiB for CUDA itself (activations measured at this length grow with the batch).\n")
+print("| variant | weights MiB | gradients MiB | optimizer MiB | activations MiB | peak MiB | fits 48 / 80 GiB |")
+print("|---|---|---|---|---|---|---|")
+for v in mem["variants"]:
+    m = v["measured"]
+    mib = lambda k: f"{m[k] / 2**20:,.1f}"
+    print(f"| {v['variant']} | {mib('weights')} | {mib('gradients')} | {mib('optimizer_states')} | {mib('activations')} | {mib('peak')} | {v['largest']['48']:,} / {v['largest']['80']:,} |")
+print()
 PY
 }
 

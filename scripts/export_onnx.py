@@ -41,7 +41,10 @@ MAX_CHECK_TEXTS = 1000
 PROTOBUF_LIMIT = 2_000_000_000
 EXTERNAL_DATA = "model.onnx_data"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_state.json", "adapter_config.json")
+TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_state.json", "adapter_config.json",
+                         "training.json")
+# What scripts/adapt writes beside the checkpoint it trains.
+TRAINING_RECORD = "training.json"
 # What the pipeline runs of a sentence-transformers model: the transformer (exported); pooling, Dense projections
 # and normalisation (read from their module folders by the pipeline).
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
@@ -181,6 +184,57 @@ def training_data(spec):
     }
 
 
+def read_training_record(checkpoint, weights):
+    """The training record scripts/adapt wrote beside the checkpoint, or None; the weights must be the ones it
+    trained."""
+    path = checkpoint / TRAINING_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        record["training_data"]["uri"], record["base"]["weights_sha256"], record["hyperparameters"]["steps"]
+    except (ValueError, KeyError, TypeError) as e:
+        fail(f"{path}: not a training record scripts/adapt wrote ({e}); remove it, or train again")
+    trained = record.get("weights_sha256") or {}
+    changed = [f"{name} hashes {weights.get(name)}, training wrote {sha}" for name, sha in trained.items()
+               if weights.get(name) != sha]
+    if changed:
+        fail(f"{checkpoint}: the weights are not the ones its {TRAINING_RECORD} says training wrote "
+             f"({'; '.join(changed)}); export the checkpoint as trained, or train again")
+    return record
+
+
+def recorded_training_data(checkpoint, recorded, given):
+    """The training-data input for a checkpoint with a training record: the data it names (or --train-data, where
+    it moved), which must hash as it did when training read it."""
+    if given is None:
+        if not Path(recorded["uri"]).exists():
+            fail(f"{checkpoint}/{TRAINING_RECORD}: its training data {recorded['uri']} is not here; give "
+                 f"--train-data with where it is now (it must hash as recorded)")
+        version = recorded.get("version")
+        given = training_data(recorded["uri"] + (f"@{version}" if version is not None else ""))
+    now = given["facets"]["embeddingPipeline_trainingData"]
+    for key in ("kind", "version", "manifest_sha256", "files"):
+        if recorded.get(key) != now.get(key):
+            fail(f"the training data {now['uri']} is not what {checkpoint.name} was trained on: its {key} is "
+                 f"{now.get(key)!r}, {TRAINING_RECORD} recorded {recorded.get(key)!r} (rewritten, or another "
+                 f"dataset); export with the data as it was")
+    return given
+
+
+def training_summary(record):
+    """What lineage.json says of the training: the hyperparameters that decide it, its loss and its data."""
+    h = record["hyperparameters"]
+    losses = record.get("loss_per_step") or [None]
+    return {
+        "loss": h.get("loss"), "steps": h.get("steps"), "batch_size": h.get("batch_size"),
+        "learning_rate": h.get("learning_rate"), "lora": h.get("lora"), "seed": record.get("seed"),
+        "first_loss": losses[0], "last_loss": losses[-1], "device": (record.get("device") or {}).get("type"),
+        "rows": record["training_data"].get("rows"), "rows_sha256": record["training_data"].get("rows_sha256"),
+        "torch": (record.get("libraries") or {}).get("torch"),
+    }
+
+
 def model_files(directory):
     return {name: sha256_file(directory / name) for name in WEIGHT_FILES if (directory / name).is_file()}
 
@@ -202,7 +256,10 @@ def export(args):
     if out.exists() and any(out.iterdir()):
         fail(f"{out} exists and is not empty: choose a new directory")
     # Everything that can be checked without torch is checked before it loads.
+    training = read_training_record(checkpoint, weights)
     train_data = training_data(args.train_data) if args.train_data else None
+    if training:
+        train_data = recorded_training_data(checkpoint, training["training_data"], train_data)
 
     import numpy as np
     import onnx
@@ -338,7 +395,7 @@ def export(args):
         external = {EXTERNAL_DATA: sha256_file(onnx_path.parent / EXTERNAL_DATA)} \
             if (onnx_path.parent / EXTERNAL_DATA).is_file() else None
         base_name, _, base_rev = (args.base or "").partition("@")
-        adaptation = args.adaptation or ("full" if args.base else "none")
+        adaptation = args.adaptation or (training["adaptation"] if training else ("full" if args.base else "none"))
         training_config = {n: sha256_file(checkpoint / n) for n in TRAINING_CONFIG_FILES if (checkpoint / n).is_file()}
         inputs = []
         if args.base:
@@ -350,12 +407,22 @@ def export(args):
                     role="base", revision=base_rev or None, weights_sha256=base_files,
                     directory=str(Path(args.base_dir).resolve()) if args.base_dir else None)},
             })
+        elif training:
+            base = training["base"]
+            inputs.append({
+                "namespace": "model",
+                "name": base["name"],
+                "facets": {"embeddingPipeline_model": facet(
+                    role="base", revision=base.get("revision"), weights_sha256=base["weights_sha256"],
+                    directory=base["directory"])},
+            })
         inputs.append({
             "namespace": "file",
             "name": str(checkpoint),
             "facets": {"embeddingPipeline_model": facet(
                 role="checkpoint", adaptation=adaptation, weights_sha256=weights,
-                training_config_sha256=training_config)},
+                training_config_sha256=training_config,
+                **({"training": training_summary(training)} if training else {}))},
         })
         if train_data:
             inputs.append(train_data)

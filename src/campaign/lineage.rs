@@ -226,7 +226,12 @@ pub struct ModelInput {
     pub name: String,
     pub directory: Option<String>,
     pub weights: BTreeMap<String, String>,
+    /// The training files beside a checkpoint (`training.json`, `trainer_state.json`, …) and their hashes.
+    pub training_config: BTreeMap<String, String>,
 }
+
+/// The training record `scripts/adapt` writes beside the checkpoint it trains.
+pub const TRAINING_RECORD: &str = "training.json";
 
 /// The base model and checkpoint a record names.
 pub fn models(record: &Value) -> Vec<ModelInput> {
@@ -238,7 +243,13 @@ pub fn models(record: &Value) -> Vec<ModelInput> {
                 None if role == "checkpoint" => Some(text(d.get("name"))),
                 None => None,
             };
-            ModelInput { role, name: text(d.get("name")), directory, weights: hashes(f.get("weights_sha256")) }
+            ModelInput {
+                role,
+                name: text(d.get("name")),
+                directory,
+                weights: hashes(f.get("weights_sha256")),
+                training_config: hashes(f.get("training_config_sha256")),
+            }
         })
         .collect()
 }
@@ -262,6 +273,37 @@ pub fn model_sha256(record: &Value) -> Option<String> {
 
 fn onnx_facet(record: &Value) -> Option<&Value> {
     record.get("outputs")?.as_array()?.iter().find_map(|d| facet(d, "embeddingPipeline_onnx"))
+}
+
+/// The training run `scripts/adapt` recorded: loss, steps, batch, learning rate, seed, LoRA, device, and the
+/// rows it read.
+fn training_link(t: &Value, config: &BTreeMap<String, String>) -> Link {
+    let number = |k: &str| t.get(k).and_then(Value::as_f64).map(|x| format!("{x}")).unwrap_or_else(|| "?".into());
+    let mut detail = format!(
+        "{}, {} steps of batch {}, learning rate {}, seed {}",
+        text(t.get("loss")),
+        text(t.get("steps")),
+        text(t.get("batch_size")),
+        number("learning_rate"),
+        text(t.get("seed")),
+    );
+    if let Some(r) = t.get("lora").and_then(|l| l.get("r")) {
+        detail += &format!(", LoRA r={r}");
+    }
+    if let (Some(first), Some(last)) =
+        (t.get("first_loss").and_then(Value::as_f64), t.get("last_loss").and_then(Value::as_f64))
+    {
+        detail += &format!(", loss {first:.4} → {last:.4}");
+    }
+    detail += &format!(", {} rows, torch {} on {}", text(t.get("rows")), text(t.get("torch")), text(t.get("device")));
+    let mut link = Link::new("training", TRAINING_RECORD, detail);
+    if let Some(sha) = config.get(TRAINING_RECORD) {
+        link.sha256.insert(TRAINING_RECORD.into(), sha.clone());
+    }
+    if let Some(rows) = t.get("rows_sha256").and_then(Value::as_str) {
+        link.sha256.insert("rows".into(), rows.into());
+    }
+    link
 }
 
 /// The chain a lineage record describes, from the training data to the ONNX export.
@@ -297,6 +339,9 @@ pub fn chain(record: &Value) -> Vec<Link> {
             let config = hashes(f.get("training_config_sha256"));
             if !config.is_empty() {
                 detail += &format!(", training config {}", config.keys().cloned().collect::<Vec<_>>().join(", "));
+            }
+            if let Some(t) = f.get("training").filter(|t| t.is_object()) {
+                links.push(training_link(t, &hashes(f.get("training_config_sha256"))));
             }
             ("checkpoint", detail)
         };
@@ -376,6 +421,30 @@ mod tests {
         assert_eq!(training_data(&record()).unwrap().version, Some(2));
         // A record with nothing recognisable gives an empty chain, not an error.
         assert!(chain(&serde_json::json!({"inputs": 3})).is_empty());
+    }
+
+    #[test]
+    fn a_trained_checkpoint_puts_its_training_between_the_base_and_the_checkpoint() {
+        let mut r = record();
+        let ckpt = &mut r["inputs"][1]["facets"]["embeddingPipeline_model"];
+        ckpt["training_config_sha256"] = serde_json::json!({"training.json": "55"});
+        ckpt["training"] = serde_json::json!({"loss": "MultipleNegativesRankingLoss", "steps": 40, "batch_size": 16,
+            "learning_rate": 5e-5, "seed": 0, "lora": {"r": 8}, "first_loss": 1.5, "last_loss": 0.25,
+            "rows": 700, "rows_sha256": "66", "torch": "2.15.0", "device": "cpu"});
+        let links = chain(&r);
+        let kinds: Vec<&str> = links.iter().map(|l| l.link.as_str()).collect();
+        assert_eq!(kinds, ["training data", "base model", "training", "checkpoint", "ONNX export"]);
+        let t = &links[2];
+        assert_eq!(t.name, TRAINING_RECORD);
+        assert_eq!(
+            t.detail,
+            "MultipleNegativesRankingLoss, 40 steps of batch 16, learning rate 0.00005, seed 0, LoRA r=8, \
+             loss 1.5000 → 0.2500, 700 rows, torch 2.15.0 on cpu"
+        );
+        assert_eq!((t.sha256["training.json"].as_str(), t.sha256["rows"].as_str()), ("55", "66"));
+        assert_eq!(models(&r)[1].training_config[TRAINING_RECORD], "55");
+        // The training record is part of what made the model.
+        assert_ne!(digest(&r), digest(&record()));
     }
 
     #[test]

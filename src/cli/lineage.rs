@@ -151,7 +151,13 @@ async fn check(
     if let Some(record) = record {
         for m in lineage::models(record) {
             let link = if m.role == "base" { "base model" } else { "checkpoint" };
-            checks.push(check_files(link, m.directory.as_deref().map(Path::new), &m.weights));
+            let dir = m.directory.as_deref().map(Path::new);
+            // The training record is its own link: changed, it is the training that no longer matches.
+            if let Some(sha) = m.training_config.get(lineage::TRAINING_RECORD) {
+                let record = [(lineage::TRAINING_RECORD.to_string(), sha.clone())].into_iter().collect();
+                checks.push(check_files("training", dir, &record));
+            }
+            checks.push(check_files(link, dir, &m.weights));
         }
         if let Some(data) = lineage::training_data(record) {
             checks.push(check_training_data(&data).await);

@@ -23,7 +23,7 @@ pub fn export_python() -> PathBuf {
 }
 
 /// scripts/export-onnx with this build's pipeline.
-fn export(args: &[&str], dir: &Path) -> Output {
+pub(crate) fn export(args: &[&str], dir: &Path) -> Output {
     Command::new(repo().join("scripts/export-onnx"))
         .args(args)
         .env("PIPELINE", env!("CARGO_BIN_EXE_pipeline"))
@@ -71,7 +71,7 @@ fn lineage_json(dir: &Path, args: &[&str]) -> (Output, Value) {
 }
 
 /// The status of the check of `link`.
-fn status(report: &Value, link: &str) -> String {
+pub(crate) fn status(report: &Value, link: &str) -> String {
     report["checks"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["link"] == link))

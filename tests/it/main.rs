@@ -1,6 +1,7 @@
 //! Integration tests, in one binary so the heavy stack links once. Every test runs the real model
 //! through the real ONNX Runtime and writes real Lance datasets; `scripts/setup` installs both.
 
+mod adapt;
 mod campaign;
 mod cli;
 mod cli_habits;
