@@ -408,7 +408,9 @@ def adapt(args):
     weights = export_onnx.model_files(checkpoint)
     if not weights:
         fail(f"{checkpoint}: no weights ({' or '.join(export_onnx.WEIGHT_FILES)})")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        fail(f"{out} is a file: choose a new directory for the checkpoint")
+    if out.is_dir() and any(out.iterdir()):
         fail(f"{out} exists and is not empty: choose a new directory")
     if args.steps is not None and args.steps < 1:
         fail("--steps must be at least 1")
@@ -639,8 +641,13 @@ def main():
     p.add_argument("--base", metavar="NAME@REVISION")
     p.add_argument("--trust-remote-code", action="store_true")
     args = p.parse_args()
-    # ctrl-C or SIGTERM: nothing is written (the checkpoint goes to OUT only once whole).
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # ctrl-C or SIGTERM: nothing is written (the checkpoint goes to OUT only once whole). Both handled here, since
+    # Python leaves SIGINT alone when it starts ignored (a script's background job), where it would not stop.
+    def stop(*_):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         adapt(args)
     except KeyboardInterrupt:

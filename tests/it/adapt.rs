@@ -117,6 +117,32 @@ fn adapt_fine_tunes_with_its_memory_measured_and_the_lineage_reaches_the_trainin
     assert!(err.contains("needs") && err.contains("the largest batch that fits") && err.contains("--lora"), "{err}");
     assert!(!dir.join("too-big").exists() && !dir.join("nothing").exists());
 
+    // Stopped while training, by SIGINT and by SIGTERM: exit 130, nothing written. Started with SIGINT ignored, as
+    // a script's background job is, where Python's own ctrl-C handling would not be installed.
+    for signal in ["-INT", "-TERM"] {
+        let mut child = Command::new("sh")
+            .args(["-c", "trap '' INT; exec \"$0\" \"$@\""])
+            .arg(repo().join("scripts/adapt"))
+            .args([base_arg, "stopped", "--pairs", "pairs.lance@1", "--batch-size", "4", "--max-seq-length", "32"])
+            .args(["--steps", "1000"])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        while !said.contains("adapt: training 1000 steps") {
+            assert!(std::io::BufRead::read_line(&mut stderr, &mut said).unwrap() > 0, "{signal}: {said}");
+        }
+        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+        assert_eq!(status.code(), Some(130), "{signal}: {said}");
+        assert!(said.contains("adapt: stopped before its end, as asked; nothing was written"), "{signal}: {said}");
+        assert!(!dir.join("stopped").exists(), "{signal}");
+    }
+
     // The fine-tune: 40 steps of 16 pairs (about one epoch), seeded.
     let o = adapt(
         &[
