@@ -63,8 +63,7 @@ def size(n):
 
 def read_pairs(args):
     """The pairs and the training-data record (as lineage.json has it): a Lance version, Parquet or JSON lines."""
-    head, sep, tail = args.pairs.rpartition("@")
-    uri = head if sep and tail and "/" not in tail else args.pairs
+    uri, _ = export_onnx.split_at(args.pairs)
     if "://" not in uri and not Path(uri).exists():
         fail(f"--pairs {args.pairs}: {uri} not found (a Lance dataset, Parquet, or JSON lines of pairs)")
     data_input = export_onnx.training_data(args.pairs)
@@ -206,15 +205,15 @@ def longest_batch(model, pairs, batch_size, max_len):
     """The worst batch a shuffle can draw: the longest anchors with the longest positives (and negatives), each
     column padded to its longest as the batch would be."""
     columns = list(zip(*pairs))
-    batch, padded, real = [], 0, 0
+    batch, longest, padded, real = [], [], 0, 0
     for texts in columns:
         lengths = token_lengths(model.tokenizer, list(texts), max_len)
         top = sorted(range(len(texts)), key=lambda i: -lengths[i])[:batch_size]
         batch.append([texts[i] for i in top])
-        padded += len(top) * max(lengths[i] for i in top)
+        longest.append(lengths[top[0]])
+        padded += len(top) * longest[-1]
         real += sum(lengths[i] for i in top)
-    return batch, {"pairs": len(batch[0]), "padded_tokens": padded, "tokens": real,
-                   "longest": [max(token_lengths(model.tokenizer, b, max_len)) for b in batch]}
+    return batch, {"pairs": len(batch[0]), "padded_tokens": padded, "tokens": real, "longest": longest}
 
 
 def features(model, texts_by_column, device):

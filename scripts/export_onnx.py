@@ -144,11 +144,16 @@ def lance_version(root, wanted):
     return version, found[version]
 
 
+def split_at(spec):
+    """(URI, version or tag) of `URI[@VERSION|@TAG]`; an @ inside a path (a folder named a@b/…) is the URI's."""
+    head, sep, tail = spec.rpartition("@")
+    return (head, tail) if sep and tail and "/" not in tail else (spec, None)
+
+
 def training_data(spec):
     """The training-data input: a local Lance dataset pinned to a version (its manifest's sha256), local files
     (each file's sha256), or a URI recorded as given (not checked)."""
-    head, sep, tail = spec.rpartition("@")
-    uri, wanted = (head, tail) if sep and tail and "/" not in tail else (spec, None)
+    uri, wanted = split_at(spec)
     path = Path(uri)
     data = {"uri": uri, "kind": "remote"}
     if "://" not in uri and (path / "_versions").is_dir():
