@@ -95,6 +95,57 @@ pub enum Error {
     /// A Lance dataset could not be opened, read or written.
     #[error("Lance dataset {uri}: {message}")]
     Lance { uri: String, message: String },
+
+    /// A campaign operation refused its input before doing the work (or before writing any of it): the message
+    /// names what is wrong and says what to do.
+    #[error("{0}")]
+    Refused(String),
+
+    /// A job stopped on request (ctrl-C, SIGTERM) between its statements or while a query's result was read.
+    #[error("{0}")]
+    StoppedAt(String),
+
+    /// One of a job's statements failed. `message` names it (where it came from, its number and line) and
+    /// holds the cause's text with its lines counted in the job's file; `cause` is the error itself, when it
+    /// was the library's (not a source of this error: its text is in the message already).
+    #[error("{message}")]
+    Statement { message: String, cause: Option<Box<Error>> },
+
+    /// `source`, met while doing what `context` says ("refusing to search d.lance").
+    #[error("{context}")]
+    Context {
+        context: String,
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A file could not be read or written; `context` says which, and what for.
+    #[error("{context}")]
+    File {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// An I/O error with no more to say than its own text.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+
+    /// The query engine (DataFusion) failed to plan or run a statement.
+    #[error(transparent)]
+    DataFusion(Box<datafusion::error::DataFusionError>),
+
+    /// Arrow failed to build, cast or write a batch.
+    #[error(transparent)]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+
+    /// Parquet failed to write a file (a plan's work list).
+    #[error(transparent)]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+
+    /// A JSON document could not be written or read.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }
 
 /// A model directory as every message names it: its absolute path (a relative `embed.model` resolves against
@@ -118,9 +169,111 @@ impl From<ort::Error> for Error {
 
 impl From<Error> for datafusion::error::DataFusionError {
     fn from(e: Error) -> Self {
-        datafusion::error::DataFusionError::External(Box::new(e))
+        match e {
+            Error::DataFusion(e) => *e,
+            e => datafusion::error::DataFusionError::External(Box::new(e)),
+        }
     }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        Self::DataFusion(Box::new(e))
+    }
+}
+
+impl Error {
+    /// This error, met while doing what `context` says.
+    pub fn context(self, context: impl Into<String>) -> Self {
+        Self::Context { context: context.into(), source: Box::new(self) }
+    }
+
+    /// `source` with what was being done when it happened, e.g. "cannot read the work list …".
+    pub fn file(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::File { context: context.into(), source }
+    }
+
+    /// This error and its causes as one line, in plain words: each cause whose text is not already shown
+    /// is added after a colon (DataFusion's External wrapper displays its source, which the chain would
+    /// otherwise report twice). See [`plain`].
+    pub fn chain_text(&self) -> String {
+        chain_text(self)
+    }
+}
+
+/// An error and its causes as one line, skipping a cause whose text is already shown, in plain words
+/// (see [`plain`]).
+pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        let text = plain(&cause.to_string());
+        if !out.contains(&text) {
+            out = if out.is_empty() { text } else { format!("{out}: {text}") };
+        }
+        next = cause.source();
+    }
+    out
 }
 
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A library's error text as a user should read it: without the source locations Lance appends
+/// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's `External error: ` wrapper, or its advice to
+/// report a bug in DataFusion for what is a location this version cannot read.
+pub fn plain(text: &str) -> String {
+    let mut out = text.replace("External error: ", "");
+    if let Some(at) = out.find("No suitable object store found for ") {
+        let rest = &out[at + "No suitable object store found for ".len()..];
+        let url = rest.split(|c: char| c.is_whitespace()).next().unwrap_or_default().trim_end_matches('.');
+        out = format!("{url}: this build reads local paths and s3:// only; copy the data to one of them");
+    }
+    out = out.replace("LanceError(IO): ", "");
+    out = s3_reply(&out);
+    if let Some(at) = out.find("This issue was likely caused by a bug in DataFusion") {
+        out.truncate(at);
+    }
+    if out.contains("Failed to resolve region") {
+        out += "\n(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)";
+    }
+    // Source locations: whitespace-separated words holding a Cargo registry or toolchain path.
+    let is_location = |w: &str| ["/.cargo/registry/", "/.cargo/git/", "/rustc/"].iter().any(|p| w.contains(p));
+    let mut kept: Vec<&str> = Vec::new();
+    for word in out.split(' ') {
+        if is_location(word) {
+            continue;
+        }
+        kept.push(word);
+    }
+    let mut out = kept.join(" ");
+    // A location list leaves its separators behind: "found: x/_versions, , " or a dangling ", ".
+    while out.contains(", ,") {
+        out = out.replace(", ,", ",");
+    }
+    out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
+}
+
+/// An S3 server's XML error reply (and the request that drew it) cut down to its code and message:
+/// `… Generic S3 error: Error performing list request: … <Error><Code>NoSuchBucket</Code><Message>The specified
+/// bucket does not exist</Message>…</Error>` becomes `S3: NoSuchBucket: The specified bucket does not exist`.
+fn s3_reply(text: &str) -> String {
+    let between = |s: &str, open: &str, close: &str| -> Option<(usize, String)> {
+        let start = s.find(open)? + open.len();
+        let len = s[start..].find(close)?;
+        Some((start, s[start..start + len].to_string()))
+    };
+    let (Some((_, code)), Some((_, message))) =
+        (between(text, "<Code>", "</Code>"), between(text, "<Message>", "</Message>"))
+    else {
+        return text.to_string();
+    };
+    let Some(end) = text.find("</Error>").map(|i| i + "</Error>".len()) else { return text.to_string() };
+    let start = ["Object Store error: ", "Generic S3 error: "]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min()
+        .or_else(|| text.find("<?xml"))
+        .unwrap_or(end);
+    format!("{}S3: {code}: {message}{}", &text[..start.min(end)], &text[end..])
+}

@@ -7,6 +7,20 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
+/// A statement and where it came from (`job.sql`, `<stdin>`, `-c #2`), for messages.
+#[derive(Debug, Clone)]
+pub struct JobStatement {
+    pub source: String,
+    pub stmt: Statement,
+}
+
+impl JobStatement {
+    /// The statements of a job's text, each named by `source` (a file name, `-c #1`) in messages.
+    pub fn all_of(source: &str, text: &str) -> std::result::Result<Vec<Self>, String> {
+        Ok(split_statements(text)?.into_iter().map(|stmt| Self { source: source.to_string(), stmt }).collect())
+    }
+}
+
 /// One statement of a job file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement {

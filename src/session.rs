@@ -9,12 +9,12 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::cluster::ClusterKeys;
+use crate::exec::EmbedWriteRule;
 use crate::lance::guard::CheckedPlanner;
 use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::metrics::RunMetrics;
 use crate::options::{EmbedConfig, EmbedOptions};
-use crate::plan::EmbedWriteRule;
 use crate::sources::JsonTableFactory;
 use crate::stores::StoreRegistry;
 use crate::udf::embed_udfs;

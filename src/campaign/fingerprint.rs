@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::digest::model_digest;
 use super::lineage;
 use crate::error::{Error, Result};
 use crate::model::CallSettings;
@@ -263,21 +264,6 @@ pub fn model_sha256(onnx: &Path) -> Result<String> {
     let folder = onnx.parent().unwrap_or(Path::new("."));
     let hashed = files.map(|f| Ok((f.to_string(), sha256_file(&folder.join(f))?))).collect::<Result<Vec<_>>>()?;
     Ok(model_digest(&graph, hashed))
-}
-
-/// [`model_sha256`] from the hashes alone: the graph's, and each external data file's by its location (as an
-/// export's lineage records them).
-pub fn model_digest(graph_sha256: &str, external: impl IntoIterator<Item = (String, String)>) -> String {
-    let mut external: Vec<_> = external.into_iter().collect();
-    if external.is_empty() {
-        return graph_sha256.to_string();
-    }
-    external.sort();
-    let mut lines = format!("onnx {graph_sha256}\n");
-    for (file, sha) in external {
-        lines.push_str(&format!("{file} {sha}\n"));
-    }
-    Sha256::digest(lines.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The dominant element type of an ONNX file's weights. Cached like [`sha256_file`].

@@ -88,7 +88,7 @@ pub fn digest(record: &Value) -> String {
             other => other.clone(),
         }
     }
-    super::plan::hex_sha256(canonical(&identity(record)).to_string().as_bytes())
+    super::digest::hex_sha256(canonical(&identity(record)).to_string().as_bytes())
 }
 
 /// The lineage of the model directory `dir`, or None when it has no `lineage.json`. A file that is not
@@ -268,7 +268,7 @@ pub fn external_data_sha256(record: &Value) -> BTreeMap<String, String> {
 /// The digest of the exported model as a fingerprint's `model_sha256` has it: the graph's sha256, combined with
 /// its external data files' when it has them.
 pub fn model_sha256(record: &Value) -> Option<String> {
-    Some(super::fingerprint::model_digest(&onnx_sha256(record)?, external_data_sha256(record)))
+    Some(super::digest::model_digest(&onnx_sha256(record)?, external_data_sha256(record)))
 }
 
 fn onnx_facet(record: &Value) -> Option<&Value> {

@@ -8,6 +8,7 @@
 //! - [`record`]: one run's counters, timings and device, kept with the Lance version it committed.
 //! - [`trial`]: a trial's strata, sample and extrapolation to the whole corpus.
 
+pub mod digest;
 pub mod fingerprint;
 pub mod ids;
 pub mod interrupt;

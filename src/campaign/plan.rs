@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::campaign::Fingerprint;
+use crate::campaign::digest::hex_sha256;
 
 /// The plan directory's file of the plan itself.
 pub const PLAN_FILE: &str = "plan.json";
@@ -57,11 +57,6 @@ impl Plan {
         })?;
         Ok((plan, hex_sha256(&bytes)))
     }
-}
-
-/// SHA-256 of some bytes, hex.
-pub fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A plan a run is executing, and how far its units are done. The work list's reader notes where each

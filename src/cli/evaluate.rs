@@ -21,7 +21,7 @@ use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::lance::open_dataset;
-use crate::lance::sink::fingerprint_of_dataset;
+use crate::lance::records::fingerprint_of_dataset;
 use crate::model::TextEmbedder;
 
 /// The cut-off of MRR and nDCG (as BEIR and MTEB report them).
@@ -264,7 +264,7 @@ async fn score_dataset(
         anyhow!("{dataset}: the dataset holds no fingerprint (it was not written by embed()), so its queries cannot be embedded as its vectors were")
     })?;
     let (embedder, settings) =
-        crate::search::query_model(&ds, &fp, dataset, args.model.as_deref(), args.query_prompt.as_deref())
+        crate::lance::search::query_model(&ds, &fp, dataset, args.model.as_deref(), args.query_prompt.as_deref())
             .await
             .with_context(|| format!("cannot evaluate {dataset}"))?;
     let texts: Vec<String> = judged.iter().map(|(_, t)| t.clone()).collect();

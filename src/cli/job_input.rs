@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
 
-use crate::script::{Statement, set_key, split_statements};
+pub use crate::script::JobStatement;
+use crate::script::{set_key, split_statements};
 
 /// One place statements come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,13 +26,6 @@ impl Input {
     pub fn from_arg(arg: PathBuf) -> Self {
         if arg.as_os_str() == "-" { Self::Stdin } else { Self::File(arg) }
     }
-}
-
-/// A statement and where it came from (`job.sql`, `<stdin>`, `-c #2`), for messages.
-#[derive(Debug, Clone)]
-pub struct JobStatement {
-    pub source: String,
-    pub stmt: Statement,
 }
 
 /// The statements of `inputs`, in order, with `${NAME}` replaced by `vars`. A variable the job uses and

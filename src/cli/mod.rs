@@ -13,12 +13,10 @@ pub mod devices;
 pub mod display;
 pub mod embed;
 pub mod evaluate;
-pub mod histogram;
 pub mod inspect;
 pub mod invariance;
 pub mod job;
 pub mod job_input;
-pub mod json_lines;
 pub mod lineage;
 pub mod maintain;
 pub mod plan;
@@ -164,7 +162,7 @@ pub enum Command {
         #[arg(long, conflicts_with = "unit_tokens", value_parser = clap::value_parser!(u64).range(1..))]
         units: Option<u64>,
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
-        #[arg(long, default_value_t = plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = crate::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
         unit_tokens: u64,
         #[command(flatten)]
         runtime: Runtime,
@@ -235,7 +233,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         prices: Option<PathBuf>,
         /// The campaign must finish within this, e.g. 7d, 36h, 90min.
-        #[arg(long, value_parser = cost::parse_deadline)]
+        #[arg(long, value_parser = crate::ops::cost::parse_deadline)]
         deadline: Option<f64>,
         /// Print JSON.
         #[arg(long)]
@@ -701,9 +699,9 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             runtime.apply();
             stop_on_signals(StopSays::Committing);
             let plans = match (plan, no_plan) {
-                (Some(dir), _) => run::PlanChoice::Dir(dir),
-                (None, true) => run::PlanChoice::Off,
-                (None, false) => run::PlanChoice::Beside,
+                (Some(dir), _) => crate::ops::PlanChoice::Dir(dir),
+                (None, true) => crate::ops::PlanChoice::Off,
+                (None, false) => crate::ops::PlanChoice::Beside,
             };
             let (statements, run_settings) = job(&inputs, settings, output, restart, quiet, plans, false)?;
             run::run_job(&statements, &run_settings).await
@@ -712,7 +710,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             runtime.apply();
             let inputs: Vec<_> = files.into_iter().map(job_input::Input::from_arg).collect();
             let (statements, run_settings) =
-                job(&inputs, settings, output, false, quiet, run::PlanChoice::Beside, true)?;
+                job(&inputs, settings, output, false, quiet, crate::ops::PlanChoice::Beside, true)?;
             shell::shell(&statements, &run_settings).await
         }
         Command::Completions { shell } => {
@@ -722,7 +720,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         }
         Command::Plan { file, json, units, unit_tokens, runtime } => {
             runtime.apply();
-            let size = units.map_or(plan::UnitSize::Tokens(unit_tokens), plan::UnitSize::Count);
+            let size = units.map_or(crate::ops::plan::UnitSize::Tokens(unit_tokens), crate::ops::plan::UnitSize::Count);
             plan::plan_file(&file, json, size).await
         }
         Command::Probe { file, memory_budget, max_batch_tokens, json, runtime } => {
@@ -731,15 +729,16 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         }
         Command::Trial { file, minutes, sample, save, reference, memory_budget, no_probe, name, json, runtime } => {
             runtime.apply();
-            let args = trial::TrialArgs { file, minutes, sample, save, reference, memory_budget, no_probe, name, json };
-            trial::trial_file(&args).await
+            let args =
+                crate::ops::trial::TrialArgs { file, minutes, sample, save, reference, memory_budget, no_probe, name };
+            trial::trial_file(&args, json).await
         }
         Command::Cost { trials, prices, deadline, json, chart } => {
             cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
         }
         Command::Scheduler { bind, executor_timeout, cluster_keys } => {
             let keys = cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?;
-            crate::cluster::run_scheduler(bind, executor_timeout, keys).await
+            Ok(crate::cluster::run_scheduler(bind, executor_timeout, keys, |line| println!("{line}")).await?)
         }
         Command::ClusterKeys { dir } => {
             let keys = crate::cluster::ClusterKeys::make(&dir)?;
@@ -775,7 +774,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
                 work_dir,
                 keys: cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
             };
-            crate::cluster::run_executor(settings).await
+            Ok(crate::cluster::run_executor(settings, |line| println!("{line}")).await?)
         }
         Command::Devices { json, runtime } => {
             runtime.apply();
@@ -872,9 +871,9 @@ fn job(
     output: Output,
     restart: bool,
     quiet: bool,
-    plans: run::PlanChoice,
+    plans: crate::ops::PlanChoice,
     allow_none: bool,
-) -> anyhow::Result<(Vec<job_input::JobStatement>, run::RunSettings)> {
+) -> anyhow::Result<(Vec<job_input::JobStatement>, run::CommandSettings)> {
     if inputs.is_empty() && !allow_none {
         anyhow::bail!("give a job file, - for a job on standard input, or -c 'SQL'");
     }
@@ -889,19 +888,21 @@ fn job(
     notes_to_stderr(output.format != display::Format::Table);
     Ok((
         statements,
-        run::RunSettings {
-            restart,
-            device: settings.device,
-            quiet,
-            plans,
-            sets,
-            style,
-            // Read only for a cluster: a keys folder named in the environment does not stop a local run.
-            cluster_keys: match settings.cluster {
-                Some(_) => settings.cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
-                None => None,
+        run::CommandSettings {
+            job: crate::ops::RunSettings {
+                restart,
+                device: settings.device,
+                plans,
+                sets,
+                // Read only for a cluster: a keys folder named in the environment does not stop a local run.
+                cluster_keys: match settings.cluster {
+                    Some(_) => settings.cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
+                    None => None,
+                },
+                cluster: settings.cluster,
             },
-            cluster: settings.cluster,
+            quiet,
+            style,
         },
     ))
 }
@@ -1030,74 +1031,10 @@ impl std::error::Error for Exit {}
 /// An error and its causes, skipping a cause whose text is already shown (DataFusion's External
 /// wrapper displays its source, which the chain then reports again), in plain words: see [`plain`].
 pub fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = plain(&cause.to_string());
-        if !out.contains(&text) {
-            out = if out.is_empty() { text } else { format!("{out}: {text}") };
-        }
-    }
-    out
+    crate::error::chain_text(e.as_ref())
 }
 
-/// A library's error text as a user should read it: without the source locations Lance appends
-/// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's `External error: ` wrapper, or its advice to
-/// report a bug in DataFusion for what is a location this version cannot read.
-pub fn plain(text: &str) -> String {
-    let mut out = text.replace("External error: ", "");
-    if let Some(at) = out.find("No suitable object store found for ") {
-        let rest = &out[at + "No suitable object store found for ".len()..];
-        let url = rest.split(|c: char| c.is_whitespace()).next().unwrap_or_default().trim_end_matches('.');
-        out = format!("{url}: this build reads local paths and s3:// only; copy the data to one of them");
-    }
-    out = out.replace("LanceError(IO): ", "");
-    out = s3_reply(&out);
-    if let Some(at) = out.find("This issue was likely caused by a bug in DataFusion") {
-        out.truncate(at);
-    }
-    if out.contains("Failed to resolve region") {
-        out += "\n(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)";
-    }
-    // Source locations: whitespace-separated words holding a Cargo registry or toolchain path.
-    let is_location = |w: &str| ["/.cargo/registry/", "/.cargo/git/", "/rustc/"].iter().any(|p| w.contains(p));
-    let mut kept: Vec<&str> = Vec::new();
-    for word in out.split(' ') {
-        if is_location(word) {
-            continue;
-        }
-        kept.push(word);
-    }
-    let mut out = kept.join(" ");
-    // A location list leaves its separators behind: "found: x/_versions, , " or a dangling ", ".
-    while out.contains(", ,") {
-        out = out.replace(", ,", ",");
-    }
-    out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
-}
-
-/// An S3 server's XML error reply (and the request that drew it) cut down to its code and message:
-/// `… Generic S3 error: Error performing list request: … <Error><Code>NoSuchBucket</Code><Message>The specified
-/// bucket does not exist</Message>…</Error>` becomes `S3: NoSuchBucket: The specified bucket does not exist`.
-fn s3_reply(text: &str) -> String {
-    let between = |s: &str, open: &str, close: &str| -> Option<(usize, String)> {
-        let start = s.find(open)? + open.len();
-        let len = s[start..].find(close)?;
-        Some((start, s[start..start + len].to_string()))
-    };
-    let (Some((_, code)), Some((_, message))) =
-        (between(text, "<Code>", "</Code>"), between(text, "<Message>", "</Message>"))
-    else {
-        return text.to_string();
-    };
-    let Some(end) = text.find("</Error>").map(|i| i + "</Error>".len()) else { return text.to_string() };
-    let start = ["Object Store error: ", "Generic S3 error: "]
-        .iter()
-        .filter_map(|m| text.find(m))
-        .min()
-        .or_else(|| text.find("<?xml"))
-        .unwrap_or(end);
-    format!("{}S3: {code}: {message}{}", &text[..start.min(end)], &text[end..])
-}
+pub use crate::error::plain;
 
 #[cfg(test)]
 mod tests {

@@ -9,15 +9,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use plotters::prelude::*;
 
-use super::cost::{CostReport, Prices, cost};
-use super::trial::TrialReport;
 use super::verify::{VerifyReport, last_verify};
 use crate::campaign::plan::{PLAN_FILE, Plan};
 use crate::campaign::{Fingerprint, RunRecord};
-use crate::lance::inspect::{existing_versions, version_records};
 use crate::lance::open_dataset;
-use crate::lance::sink::fingerprint_of_dataset;
+use crate::lance::records::fingerprint_of_dataset;
+use crate::lance::records::{existing_versions, version_records};
 use crate::lance::verify::outside_writes;
+use crate::ops::cost::{CostReport, Prices, cost};
+use crate::ops::trial::TrialReport;
 
 /// One commit of the dataset, as the page shows it.
 struct Commit {
@@ -72,7 +72,7 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
         .collect::<anyhow::Result<Vec<_>>>()?;
     let prices = prices.map(Prices::read).transpose()?;
     let costs = if trials.is_empty() { None } else { Some(cost(&trials, prices.as_ref(), None)?) };
-    let lineage = super::lineage::report(location, false).await?;
+    let lineage = crate::ops::lineage::report(location, false).await?;
     let verified = last_verify(&uri, version);
 
     let mut page = String::new();
@@ -113,7 +113,7 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
 /// The plan the newest run executed (its record names it), else the one beside the dataset.
 fn plan_of(uri: &str, commits: &[Commit]) -> Option<(Plan, PathBuf)> {
     let recorded = commits.iter().rev().filter_map(|c| c.run.as_ref()?.plan.as_ref()).map(|p| PathBuf::from(&p.path));
-    let beside = std::iter::once(super::plan::plan_dir(uri));
+    let beside = std::iter::once(crate::ops::plan::plan_dir(uri));
     recorded
         .chain(beside)
         .filter(|d| d.join(PLAN_FILE).is_file())
@@ -228,8 +228,9 @@ fn plan_section(page: &mut String, plan: Option<(&Plan, &Path)>) -> anyhow::Resu
         return Ok(());
     };
     let (h, t) = (&plan.histogram, &plan.totals);
-    let caption = super::histogram::caption(h, t);
-    let svg = super::histogram::histogram_svg_text(h.bin_width, &h.bins, h.limit, &caption).map_err(|e| anyhow!(e))?;
+    let caption = crate::ops::histogram::caption(h, t);
+    let svg =
+        crate::ops::histogram::histogram_svg_text(h.bin_width, &h.bins, h.limit, &caption).map_err(|e| anyhow!(e))?;
     let _ = write!(
         page,
         "<p>From the plan <code>{}</code> ({}).</p><div class=\"chart\" id=\"histogram\">{}</div>\

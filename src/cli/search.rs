@@ -12,7 +12,7 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 
 use crate::lance::Metric;
-use crate::search::{SearchRequest, nearest};
+use crate::lance::search::{SearchRequest, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
 #[derive(clap::Args, Debug)]
@@ -52,7 +52,7 @@ pub struct SearchArgs {
     pub exact: bool,
     /// Where the index serves the search, re-rank this many times k of its candidates by their stored vectors:
     /// exact distances, and the recall PQ's approximation loses (1: the index's order and distances alone).
-    #[arg(long, value_name = "FACTOR", default_value_t = crate::search::DEFAULT_REFINE,
+    #[arg(long, value_name = "FACTOR", default_value_t = crate::lance::search::DEFAULT_REFINE,
           value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "exact")]
     pub refine: u32,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded

@@ -14,8 +14,9 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
 use super::job_input::JobStatement;
-use super::run::{RunSettings, job_session, run_labelled};
+use super::run::{CommandSettings, Printer};
 use crate::campaign::interrupt;
+use crate::ops::run::{job_session, run_labelled};
 use crate::script::{ends_statement, split_statements};
 use crate::session::EmbedSession;
 
@@ -23,20 +24,20 @@ const PROMPT: &str = "pipeline> ";
 const MORE: &str = "       -> ";
 
 /// Run the set-up statements, then read statements from the terminal (or standard input) until the end.
-pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Result<()> {
+pub async fn shell(setup: &[JobStatement], settings: &CommandSettings) -> anyhow::Result<()> {
     // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
     super::stop_on_signals(super::StopSays::Committing);
-    let session = job_session(settings).await?;
+    let session = job_session(&settings.job).await?;
     let mut json_sources = Vec::new();
     for s in setup {
-        run_labelled(&session, s, settings, &mut json_sources).await?;
+        run_labelled(&session, s, &settings.job.plans, &mut json_sources, &Printer::new(settings)).await?;
     }
     if !std::io::stdin().is_terminal() {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text)?;
         for stmt in split_statements(&text).map_err(|e| anyhow!("<stdin>: {e}"))? {
             let s = JobStatement { source: "<stdin>".into(), stmt };
-            run_labelled(&session, &s, settings, &mut json_sources).await?;
+            run_labelled(&session, &s, &settings.job.plans, &mut json_sources, &Printer::new(settings)).await?;
         }
         return Ok(());
     }
@@ -45,7 +46,7 @@ pub async fn shell(setup: &[JobStatement], settings: &RunSettings) -> anyhow::Re
 
 async fn interactive(
     session: &EmbedSession,
-    settings: &RunSettings,
+    settings: &CommandSettings,
     json_sources: &mut Vec<String>,
 ) -> anyhow::Result<()> {
     super::remember_terminal();
@@ -97,11 +98,12 @@ async fn interactive(
                     let s = JobStatement { source: String::new(), stmt };
                     // A ctrl-C that came after the last statement ended is not for this one.
                     interrupt::clear_stop();
-                    let result = run_labelled(session, &s, settings, json_sources).await;
+                    let result =
+                        run_labelled(session, &s, &settings.job.plans, json_sources, &Printer::new(settings)).await;
                     let stopped = interrupt::stop_requested();
                     interrupt::clear_stop();
                     if let Err(e) = result {
-                        eprintln!("error: {}", super::error_chain(&e));
+                        eprintln!("error: {}", e.chain_text());
                         break;
                     }
                     if stopped {

@@ -21,15 +21,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Exit;
-use super::lineage::Check;
-use super::plan::{JobWrites, load_job};
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
-use crate::lance::inspect::{id_counts, newest_run_record};
-use crate::lance::sink::fingerprint_of_dataset;
+use crate::lance::inspect::id_counts;
+use crate::lance::records::fingerprint_of_dataset;
+use crate::lance::records::newest_run_record;
 use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
 use crate::lance::{open_dataset, quote_ident};
 use crate::model::TextEmbedder;
+use crate::ops::lineage::Check;
+use crate::ops::plan::{JobWrites, load_job};
 
 /// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
 /// shows the one of the version it shows).
@@ -340,7 +341,7 @@ pub async fn verify(args: &VerifyArgs, stage: &dyn Fn(&str)) -> anyhow::Result<V
     };
 
     stage("checking the lineage");
-    let lineage = super::lineage::report(&args.dataset, true).await?;
+    let lineage = crate::ops::lineage::report(&args.dataset, true).await?;
     let gone = lineage.model_dir.as_deref().filter(|d| !Path::new(d).exists()).map(str::to_string);
     let lineage = lineage.checks;
     for c in &lineage {
@@ -584,7 +585,7 @@ async fn prepare_sample(
     if !model_dir.is_dir() {
         return Err(anyhow!("the model directory {} is gone; give it with --model DIR", model_dir.display()));
     }
-    let mut options = crate::search::options_for(fp, &model_dir);
+    let mut options = crate::lance::search::options_for(fp, &model_dir);
     if let Some(device) = &args.device {
         options.device = device.clone();
     }

@@ -216,7 +216,7 @@ impl EmbedPhysicalCodec {
         let mut options = EmbedOptions::from_config(ctx.session_config().options());
         self.embed.host.apply(&mut options);
         let task = Arc::new(RunMetrics::default());
-        let input = crate::plan::rule::chunked_embedding(input, &options, Some(Arc::clone(&task)), None, false)?;
+        let input = crate::exec::rule::chunked_embedding(input, &options, Some(Arc::clone(&task)), None, false)?;
         let place = TaskPlace { executor: executor.clone(), process: Arc::clone(&self.embed.metrics), task };
         Ok(FragmentWriteExec::new(input, spec, Some(place)))
     }

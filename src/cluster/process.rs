@@ -35,10 +35,16 @@ use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use super::access::{ClusterKeys, require_keys_to_listen};
 use super::cluster_config;
 use super::codec::{EmbedLogicalCodec, EmbedPhysicalCodec};
+use crate::error::{Error, Result};
 use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
 use crate::udf::embed::HostOptions;
 use crate::udf::embed_udfs;
+
+/// A cluster error from a format string.
+macro_rules! cluster_error {
+    ($($arg:tt)*) => { Error::Cluster(format!($($arg)*)) };
+}
 
 /// A scheduler or executor session: Ballista's, with `embed` and `embed_dim` (for the job's options, as the
 /// config a client sent holds them).
@@ -55,18 +61,19 @@ fn session_with_embed(config: SessionConfig, metrics: &Arc<RunMetrics>) -> dataf
 }
 
 /// Run a scheduler listening on `bind` until the process is stopped; with `keys`, over TLS to clients and
-/// executors that hold the same keys only.
+/// executors that hold the same keys only. `listening` is told, in a line, where it listens once it does.
 pub async fn run_scheduler(
     bind: SocketAddr,
     executor_timeout_seconds: u64,
     keys: Option<ClusterKeys>,
-) -> anyhow::Result<()> {
+    listening: impl FnOnce(&str),
+) -> Result<()> {
     if executor_timeout_seconds < 2 * HEARTBEAT_SECONDS {
-        anyhow::bail!(
+        return Err(Error::Cluster(format!(
             "--executor-timeout {executor_timeout_seconds}: executors send word every {HEARTBEAT_SECONDS} s, so a \
              live executor would be taken for lost; give {} seconds or more",
             2 * HEARTBEAT_SECONDS
-        );
+        )));
     }
     require_keys_to_listen("scheduler", bind, keys.as_ref())?;
     let metrics = Arc::new(RunMetrics::default());
@@ -90,12 +97,12 @@ pub async fn run_scheduler(
     };
     let (max_decoding, max_encoding) =
         (config.grpc_server_max_decoding_message_size as usize, config.grpc_server_max_encoding_message_size as usize);
-    let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
+    let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| cluster_error!("scheduler: {e}"))?;
     let grpc = GrpcServerConfig::default();
     let incoming = create_grpc_server_incoming(bind, &grpc)
-        .map_err(|e| anyhow::anyhow!("scheduler: cannot listen on {bind}: {e}"))?;
+        .map_err(|e| cluster_error!("scheduler: cannot listen on {bind}: {e}"))?;
     let scheduler: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> =
-        create_scheduler(cluster, Arc::new(config)).await.map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
+        create_scheduler(cluster, Arc::new(config)).await.map_err(|e| cluster_error!("scheduler: {e}"))?;
     let service = SchedulerGrpcServer::new(scheduler)
         .max_decoding_message_size(max_decoding)
         .max_encoding_message_size(max_encoding);
@@ -103,21 +110,21 @@ pub async fn run_scheduler(
     // this tool does not use, are left out.
     let mut server = create_grpc_server(&grpc);
     if let Some(keys) = &keys {
-        server = server.tls_config(keys.server_tls()).map_err(|e| anyhow::anyhow!("scheduler: TLS: {e}"))?;
+        server = server.tls_config(keys.server_tls()).map_err(|e| cluster_error!("scheduler: TLS: {e}"))?;
     }
-    match &keys {
-        Some(keys) => println!(
+    listening(&match &keys {
+        Some(keys) => format!(
             "pipeline scheduler listening on {bind} over TLS, keys {} (clients: --cluster df://{bind} --cluster-keys \
              DIR)",
             keys.dir().display()
         ),
-        None => println!("pipeline scheduler listening on {bind} (clients: --cluster df://{bind})"),
-    }
+        None => format!("pipeline scheduler listening on {bind} (clients: --cluster df://{bind})"),
+    });
     server
         .add_service(service)
         .serve_with_incoming(incoming)
         .await
-        .map_err(|e| anyhow::anyhow!("scheduler on {bind}: {e}"))
+        .map_err(|e| cluster_error!("scheduler on {bind}: {e}"))
 }
 
 /// How often an executor tells the scheduler it is alive, seconds.
@@ -143,23 +150,23 @@ pub struct ExecutorSettings {
 }
 
 /// Run an executor until the process is stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks elsewhere).
-pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
+/// `started` is told, in a line, what it serves once it is set up.
+pub async fn run_executor(settings: ExecutorSettings, started: impl FnOnce(&str)) -> Result<()> {
     let (scheduler_host, scheduler_port) = settings
         .scheduler
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-        .ok_or_else(|| anyhow::anyhow!("--scheduler {}: give it as HOST:PORT", settings.scheduler))?;
+        .ok_or_else(|| cluster_error!("--scheduler {}: give it as HOST:PORT", settings.scheduler))?;
     require_keys_to_listen("executor", settings.bind, settings.keys.as_ref())?;
     super::check_keys_match(&settings.scheduler, settings.keys.as_ref()).await?;
-    std::fs::create_dir_all(&settings.work_dir).map_err(|e| {
-        anyhow::anyhow!("executor: cannot make its work directory {}: {e}", settings.work_dir.display())
-    })?;
+    std::fs::create_dir_all(&settings.work_dir)
+        .map_err(|e| cluster_error!("executor: cannot make its work directory {}: {e}", settings.work_dir.display()))?;
     let metrics = Arc::new(RunMetrics::default());
     let keys = settings.keys.clone();
     let registry = BallistaFunctionRegistry::from(&session_with_embed(cluster_config(keys.as_ref()), &metrics)?);
     let grpc_port =
         settings.bind.port().checked_add(1).ok_or_else(|| {
-            anyhow::anyhow!("--bind {}: the gRPC port is the next one; pick a lower port", settings.bind)
+            cluster_error!("--bind {}: the gRPC port is the next one; pick a lower port", settings.bind)
         })?;
     let external_host = settings.external_host.clone().or_else(|| {
         if settings.bind.ip().is_unspecified() { host_name() } else { Some(settings.bind.ip().to_string()) }
@@ -191,14 +198,14 @@ pub async fn run_executor(settings: ExecutorSettings) -> anyhow::Result<()> {
         ..ExecutorProcessConfig::default()
     };
     tokio::spawn(keep_alive(settings.scheduler.clone(), keys));
-    println!(
+    started(&format!(
         "pipeline executor on {}, scheduler {}, device {}, {} task(s) at once",
         settings.bind,
         settings.scheduler,
         settings.host.device.as_deref().unwrap_or("as each job sets (embed.device)"),
         settings.concurrent_tasks
-    );
-    start_executor_process(Arc::new(config)).await.map_err(|e| anyhow::anyhow!("executor: {e}"))
+    ));
+    start_executor_process(Arc::new(config)).await.map_err(|e| cluster_error!("executor: {e}"))
 }
 
 /// An executor's Arrow Flight service (where the client and other executors fetch its results) over TLS with

@@ -12,7 +12,7 @@ use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
 use super::open_dataset;
-use super::sink::fingerprint_of_dataset;
+use super::records::fingerprint_of_dataset;
 use crate::campaign::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
 

@@ -2,7 +2,7 @@
 //! timestamp, its tags, its row count, and whether its ids are unique. The JSON form of
 //! [`DatasetReport`] is a stable interface for scripts (documented in the README).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
@@ -12,9 +12,8 @@ use lance::index::DatasetIndexExt;
 use serde::Serialize;
 
 use super::lance_err;
-use super::maintain::{MAINTENANCE_KEY, MaintenanceRecord};
-use super::sink::fingerprint_of_dataset;
-use crate::campaign::{Fingerprint, RUN_RECORD_KEY, RunRecord};
+use super::records::{MaintenanceRecord, fingerprint_of_dataset, version_records};
+use crate::campaign::{Fingerprint, RunRecord};
 use crate::error::{Error, Result};
 
 /// Everything `pipeline inspect` shows.
@@ -150,59 +149,6 @@ pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
         indices,
         versions,
     })
-}
-
-/// The run record committed with `version` of `ds`, or None for a version this tool did not write.
-pub async fn run_record(ds: &Dataset, version: u64) -> Result<Option<RunRecord>> {
-    Ok(version_records(ds, version).await?.0)
-}
-
-/// What this tool committed with `version` of `ds`, read from its transaction once: the run record of a
-/// write, or the maintenance record of `pipeline index` / `pipeline optimize` (at most one is there).
-pub async fn version_records(ds: &Dataset, version: u64) -> Result<(Option<RunRecord>, Option<MaintenanceRecord>)> {
-    let transaction = ds.read_version_transaction(version).await.map_err(lance_err(ds.uri()))?.transaction;
-    let Some(properties) = transaction.and_then(|t| t.transaction_properties) else { return Ok((None, None)) };
-    fn read<T: serde::de::DeserializeOwned>(properties: &HashMap<String, String>, key: &str) -> Option<T> {
-        properties.get(key).and_then(|json| serde_json::from_str(json).ok())
-    }
-    Ok((read(&properties, RUN_RECORD_KEY), read(&properties, MAINTENANCE_KEY)))
-}
-
-/// The versions of `ds` still there, up to `version`, newest first (a cleanup removes older ones).
-pub async fn existing_versions(ds: &Dataset, version: u64) -> Result<Vec<u64>> {
-    let mut versions: Vec<u64> = ds
-        .versions()
-        .await
-        .map_err(lance_err(ds.uri()))?
-        .into_iter()
-        .map(|v| v.version)
-        .filter(|v| *v <= version)
-        .collect();
-    versions.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(versions)
-}
-
-/// The newest run record at or before `version` that `want` accepts, with its version. A version made by
-/// something else (an index, a compaction) keeps the vectors of the runs before it.
-pub async fn newest_run_record(
-    ds: &Dataset,
-    version: u64,
-    want: impl Fn(&RunRecord) -> bool,
-) -> Result<Option<(u64, RunRecord)>> {
-    for v in existing_versions(ds, version).await? {
-        match version_records(ds, v).await? {
-            (Some(r), _) if want(&r) => return Ok(Some((v, r))),
-            (Some(_), _) => {}
-            // An optimize's record carries the newest run record from before its cleanup, which may be gone.
-            (None, Some(m)) => {
-                if let Some(kept) = m.last_run.filter(|l| want(&l.record)) {
-                    return Ok(Some((kept.version, kept.record)));
-                }
-            }
-            (None, None) => {}
-        }
-    }
-    Ok(None)
 }
 
 /// Whether the ids are unique: distinct and NULL ids counted.

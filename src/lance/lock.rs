@@ -97,7 +97,7 @@ impl WriteLock {
 pub fn lock_path(uri: &str) -> PathBuf {
     if !crate::stores::is_local(uri) {
         let home = crate::model::runtime::install_home().unwrap_or_else(std::env::temp_dir);
-        let digest = crate::campaign::plan::hex_sha256(uri.trim_end_matches('/').as_bytes());
+        let digest = crate::campaign::digest::hex_sha256(uri.trim_end_matches('/').as_bytes());
         return home.join("locks").join(format!("{}.lock", &digest[..16]));
     }
     let p = real_path(std::path::Path::new(uri));

@@ -1,6 +1,6 @@
 //! Keeping a campaign's dataset fast to search and small on disk: a vector index (`pipeline index`), and
 //! compaction with the cleanup of old versions (`pipeline optimize`). Each commit carries a maintenance
-//! record in its transaction properties (under [`MAINTENANCE_KEY`]), beside where writes keep their run
+//! record in its transaction properties (under [`super::records::MAINTENANCE_KEY`]), beside where writes keep their run
 //! records, so the dataset's history says what was done to it, when, with which settings.
 
 use std::collections::HashMap;
@@ -18,84 +18,11 @@ use lance_index::vector::hnsw::builder::HnswBuildParams;
 use lance_index::vector::ivf::IvfBuildParams;
 use lance_index::vector::pq::PQBuildParams;
 use lance_index::vector::sq::builder::SQBuildParams;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use super::records::{CleanupRecord, CompactionRecord, IndexRecord, LastRun, MaintenanceRecord, newest_run_record};
 use super::{Metric, lance_err, no_vector_column};
 use crate::error::{Error, Result};
-
-/// The transaction property holding a [`MaintenanceRecord`].
-pub const MAINTENANCE_KEY: &str = "embedding_pipeline.maintenance";
-
-/// What `pipeline index` or `pipeline optimize` did in one commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MaintenanceRecord {
-    /// `index`; `compaction` (the commit that compacts); `optimize` (the commit after the cleanup, with the
-    /// figures of both).
-    pub command: String,
-    /// This program's version.
-    pub pipeline_version: String,
-    /// How long it took, where it was known when committing (an index's build is timed after its commit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seconds: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<IndexRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compaction: Option<CompactionRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cleanup: Option<CleanupRecord>,
-    /// The newest run record when the cleanup began, and its version: a cleanup may remove that version,
-    /// and search and lineage find the model through it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_run: Option<LastRun>,
-}
-
-/// A run record kept across a cleanup.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LastRun {
-    pub version: u64,
-    pub record: crate::campaign::RunRecord,
-}
-
-/// A vector index built.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IndexRecord {
-    pub name: String,
-    pub column: String,
-    /// `ivf_pq` or `ivf_hnsw_sq`.
-    pub kind: String,
-    /// `cosine`, `l2` or `dot`.
-    pub metric: String,
-    /// IVF partitions asked for (null: Lance's choice from the row count); Lance may train fewer when there
-    /// are too few vectors.
-    pub partitions: Option<usize>,
-    /// PQ sub-vectors (IVF_PQ only).
-    pub sub_vectors: Option<usize>,
-    /// Rows the index covers.
-    pub rows_indexed: u64,
-    /// Whether it replaced an index of the same name.
-    pub replaced: bool,
-}
-
-/// Fragments rewritten by compaction.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CompactionRecord {
-    pub fragments_removed: usize,
-    pub fragments_added: usize,
-    pub files_removed: usize,
-    pub files_added: usize,
-}
-
-/// Old versions removed (tagged versions and the latest are always kept).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CleanupRecord {
-    /// Versions older than this were removed, e.g. `7d`.
-    pub older_than: String,
-    pub versions_removed: u64,
-    pub bytes_removed: u64,
-    pub data_files_removed: u64,
-    /// Tagged versions, which are kept whatever their age.
-    pub tagged_kept: Vec<u64>,
-}
 
 /// The kinds of vector index `pipeline index` builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -218,46 +145,6 @@ pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u6
     Ok((ds.version().version, record))
 }
 
-impl MaintenanceRecord {
-    /// One line for `pipeline inspect`.
-    pub fn summary(&self) -> String {
-        let mut out = format!("{} (pipeline {})", self.command, self.pipeline_version);
-        if let Some(i) = &self.index {
-            out += &format!(
-                ": {} index {} on {} ({}), {} rows{}{}",
-                i.kind,
-                i.name,
-                i.column,
-                i.metric,
-                i.rows_indexed,
-                i.partitions.map(|p| format!(", {p} partitions asked for")).unwrap_or_default(),
-                if i.replaced { ", replacing the previous one" } else { "" }
-            );
-        }
-        if let Some(c) = &self.compaction {
-            out += &format!(": compaction {} fragments into {}", c.fragments_removed, c.fragments_added);
-        }
-        if let Some(c) = &self.cleanup {
-            out += &format!(
-                "; cleanup of versions older than {}: {} removed ({} bytes){}",
-                c.older_than,
-                c.versions_removed,
-                c.bytes_removed,
-                if c.tagged_kept.is_empty() { String::new() } else { format!(", tagged kept: {:?}", c.tagged_kept) }
-            );
-        }
-        if let Some(s) = self.seconds {
-            out += &format!(", {s:.1} s");
-        }
-        out
-    }
-
-    /// The transaction properties that carry this record.
-    fn properties(&self) -> HashMap<String, String> {
-        HashMap::from([(MAINTENANCE_KEY.to_string(), serde_json::to_string(self).unwrap_or_default())])
-    }
-}
-
 /// What `pipeline optimize` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct OptimizeReport {
@@ -303,7 +190,7 @@ pub async fn optimize(
         files_added: metrics.files_added,
     };
     let compacted_version = (ds.version().version != before).then(|| ds.version().version);
-    let last_run = super::inspect::newest_run_record(ds, ds.version().version, |_| true)
+    let last_run = newest_run_record(ds, ds.version().version, |_| true)
         .await?
         .map(|(version, record)| LastRun { version, record });
     let tags = ds.tags().list().await.map_err(lance_err(&uri))?;

@@ -30,6 +30,7 @@ use lance::Dataset;
 use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
 use super::lock::{Holder, WriteLock};
+use super::records::fingerprint_of_dataset;
 use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
 use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
@@ -101,15 +102,6 @@ pub fn fingerprint_of_columns(schema: &Schema) -> Result<Option<Fingerprint>> {
     Ok(found.map(|(_, fp)| fp))
 }
 
-/// The fingerprint stored in a dataset, if any.
-pub fn fingerprint_of_dataset(ds: &Dataset) -> Result<Option<Fingerprint>> {
-    ds.schema()
-        .metadata
-        .get(FINGERPRINT_KEY)
-        .map(|json| Fingerprint::from_json(json).map_err(|e| exec_datafusion_err!("unreadable fingerprint: {e}")))
-        .transpose()
-}
-
 /// Refuse to mix vectors of two campaigns, listing each field that differs.
 pub fn check_fingerprint(uri: &str, stored: Option<&Fingerprint>, new: Option<&Fingerprint>) -> Result<()> {
     let refuse = |detail: String| {
@@ -175,7 +167,7 @@ pub(crate) async fn check_existing(
 
 /// The device in the newest run record of the dataset (an index or optimize commit after it has none).
 pub(crate) async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
-    let found = super::inspect::newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await.ok()??;
+    let found = super::records::newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await.ok()??;
     found.1.device
 }
 

@@ -11,8 +11,8 @@ use futures::TryStreamExt;
 use lance::Dataset;
 use serde::{Deserialize, Serialize};
 
-use super::inspect::version_records;
 use super::lance_err;
+use super::records::version_records;
 use crate::error::{Error, Result};
 
 /// The I/O buffer of the pass over the vectors.

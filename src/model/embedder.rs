@@ -20,7 +20,7 @@ use crate::model::feed::{Feed, InputMemory};
 use crate::model::onnx_pooling::{self, POOLED_OUTPUT};
 use crate::model::placement::{self, NodePlacement};
 use crate::model::pooling::normalize;
-use crate::model::probe::{PROBE_FILE, Probe, REFUSE_BELOW, WARN_BELOW};
+use crate::model::reference::{PROBE_FILE, Probe, REFUSE_BELOW, WARN_BELOW};
 use crate::model::settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
@@ -348,7 +348,7 @@ impl Embedder {
     }
 
     /// Embed the sentences of the model's `probe.json`, if it has one, under the model's own settings,
-    /// and refuse the model when its vectors drift from the reference (see [`probe`](super::probe)).
+    /// and refuse the model when its vectors drift from the reference (see [`reference`](super::reference)).
     fn check_probe(&self) -> Result<()> {
         let Some(probe) = Probe::load(&self.spec.dir)? else { return Ok(()) };
         let settings = CallSettings {

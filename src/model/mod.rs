@@ -11,7 +11,7 @@
 //! - `onnx_proto` (crate-private) holds the ONNX protobuf messages those two read and write, for prost.
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text; [`dense`] projects it (a Dense module).
-//! - [`probe`] holds a model's reference vectors, checked when it loads.
+//! - [`reference`] holds a model's reference vectors (its `probe.json`), checked when it loads.
 //! - [`fit`] divides a card's memory between a model and its calls (the 48 GB split).
 //! - [`settings`] are what shapes each model call, resolved by the caller.
 //! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
@@ -28,7 +28,7 @@ pub(crate) mod onnx_proto;
 pub mod onnx_weights;
 pub mod placement;
 pub mod pooling;
-pub mod probe;
+pub mod reference;
 pub mod registry;
 pub mod runtime;
 pub mod settings;

@@ -261,7 +261,7 @@ tokio::task_local! {
 }
 
 /// Run `fut`, and return with its output the counters of the `embed` calls it made: how the write path
-/// ([`crate::plan::EmbedExec`]) learns what each chunk of rows cost, to send the counters on with the rows.
+/// ([`crate::exec::EmbedExec`]) learns what each chunk of rows cost, to send the counters on with the rows.
 pub async fn counting_calls<F: std::future::Future>(fut: F) -> (F::Output, EmbedStats) {
     let counted = Arc::new(Mutex::new(EmbedStats::default()));
     let out = CALL_STATS.scope(Arc::clone(&counted), fut).await;

@@ -14,7 +14,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::search::{SearchRequest, hit_fields, nearest};
+use crate::lance::search::{SearchRequest, hit_fields, nearest};
 
 /// The table function.
 #[derive(Debug, Default)]
@@ -95,9 +95,9 @@ impl TableProvider for SearchTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         // NOTE: the search runs here, at physical planning, as a Lance scan would open its dataset: it only
         // reads. The query is embedded once per plan.
-        let hits = nearest(&self.request)
-            .await
-            .map_err(|e| DataFusionError::Plan(format!("embed_search({}): {e:#}", self.request.dataset)))?;
+        let hits = nearest(&self.request).await.map_err(|e| {
+            DataFusionError::Plan(format!("embed_search({}): {}", self.request.dataset, e.chain_text()))
+        })?;
         // Nullability as the planned schema says, whatever Lance's own flags.
         let hits = datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&self.schema), hits.columns().to_vec())?;
         Ok(MemorySourceConfig::try_new_exec(&[vec![hits]], Arc::clone(&self.schema), projection.cloned())?)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use datafusion::arrow::datatypes::DataType;
 use embedding_pipeline::campaign::Fingerprint;
-use embedding_pipeline::lance::sink::fingerprint_of_dataset;
+use embedding_pipeline::lance::records::fingerprint_of_dataset;
 
 use crate::cli::{pipeline, text};
 use crate::common::{model_dir, norm, session_on, sql, vectors, write_jsonl};

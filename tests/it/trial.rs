@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use embedding_pipeline::cli::trial::TrialReport;
+use embedding_pipeline::ops::trial::TrialReport;
 use serde_json::Value;
 
 use crate::cli::{pipeline, text};

@@ -6,14 +6,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow, bail};
 use datafusion::arrow::array::{Array, Float32Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 
+use super::records::{fingerprint_of_dataset, newest_run_record};
+use super::{Metric, lance_err, no_vector_column, open_dataset};
 use crate::campaign::Fingerprint;
-use crate::lance::inspect::newest_run_record;
-use crate::lance::sink::fingerprint_of_dataset;
-use crate::lance::{Metric, no_vector_column, open_dataset};
+use crate::error::{Error, Result};
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
@@ -81,30 +80,37 @@ pub fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
 }
 
 /// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
-pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
+pub async fn nearest(args: &SearchRequest) -> Result<RecordBatch> {
     if args.k == 0 {
-        bail!("a search returns at least 1 row (k = 0)");
+        return Err(Error::Refused("a search returns at least 1 row (k = 0)".into()));
     }
     let ds = open_dataset(&args.dataset).await?;
     let field = ds
         .schema()
         .field(&args.column)
-        .ok_or_else(|| anyhow!("{}: {}", args.dataset, no_vector_column(ds.schema(), &args.column)))?;
+        .ok_or_else(|| Error::Refused(format!("{}: {}", args.dataset, no_vector_column(ds.schema(), &args.column))))?;
     if !matches!(field.data_type(), DataType::FixedSizeList(_, _)) {
-        bail!("{}: column `{}` holds no vectors ({})", args.dataset, args.column, field.data_type());
+        return Err(Error::Refused(format!(
+            "{}: column `{}` holds no vectors ({})",
+            args.dataset,
+            args.column,
+            field.data_type()
+        )));
     }
     let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
-        anyhow!(
+        Error::Refused(format!(
             "{}: the dataset holds no fingerprint (it was not written by embed()), so there is no telling which model \
              made its vectors; search needs that model",
             args.dataset
-        )
+        ))
     })?;
     let (embedder, settings) = query_model(&ds, &fp, &args.dataset, args.model.as_deref(), args.prompt_name.as_deref())
         .await
-        .with_context(|| format!("refusing to search {}", args.dataset))?;
+        .map_err(|e| e.context(format!("refusing to search {}", args.dataset)))?;
     let query = args.query.clone();
-    let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings)).await??;
+    let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings))
+        .await
+        .map_err(|e| Error::Onnx(format!("the query's embedding did not finish: {e}")))??;
     let q = Float32Array::from(vector.vectors);
     // The query in the stored vectors' element type (float16 under embed.precision).
     let element = match field.data_type() {
@@ -115,9 +121,10 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
 
     // `_distance` named, not left to Lance to add (which it warns is going away).
     let columns: Vec<String> = hit_fields(ds.schema()).iter().map(|f| f.name().clone()).collect();
+    let lance = lance_err(&args.dataset);
     let mut scan = ds.scan();
-    scan.project(&columns)?;
-    scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k)?;
+    scan.project(&columns).map_err(&lance)?;
+    scan.nearest(&args.column, q.as_ref() as &dyn Array, args.k).map_err(&lance)?;
     scan.distance_metric(args.metric.lance());
     if args.exact {
         scan.use_index(false);
@@ -126,9 +133,9 @@ pub async fn nearest(args: &SearchRequest) -> anyhow::Result<RecordBatch> {
     }
     if let Some(filter) = &args.filter {
         scan.prefilter(true);
-        scan.filter(filter).with_context(|| format!("the filter {filter}"))?;
+        scan.filter(filter).map_err(|e| lance(e).context(format!("the filter {filter}")))?;
     }
-    Ok(scan.try_into_batch().await?)
+    scan.try_into_batch().await.map_err(lance)
 }
 
 /// The model that embeds queries for the dataset `ds` (fingerprint `fp`) exactly as its vectors were: the
@@ -140,16 +147,16 @@ pub async fn query_model(
     label: &str,
     model: Option<&std::path::Path>,
     prompt_name: Option<&str>,
-) -> anyhow::Result<(std::sync::Arc<crate::model::Embedder>, crate::model::CallSettings)> {
+) -> Result<(std::sync::Arc<crate::model::Embedder>, crate::model::CallSettings)> {
     let dir = match model {
         Some(dir) => dir.to_path_buf(),
         None => {
             let found = newest_run_record(ds, ds.version().version, |r| r.model_dir.is_some()).await?;
             found.and_then(|(_, r)| r.model_dir).map(PathBuf::from).ok_or_else(|| {
-                anyhow!(
+                Error::Refused(format!(
                     "{label}: its run records do not say where the model is (written by an older version); name the \
                      model directory that made it with --model DIR"
-                )
+                ))
             })?
         }
     };
@@ -157,9 +164,11 @@ pub async fn query_model(
     if let Some(name) = prompt_name {
         (options.prompt_name, options.prefix) = (name.to_string(), String::new());
     }
-    let (settings, now) = Fingerprint::for_options(&options).with_context(|| match model {
-        Some(_) => format!("the model directory given for {label}"),
-        None => format!("the model that made {label}, as its run records name it"),
+    let (settings, now) = Fingerprint::for_options(&options).map_err(|e| {
+        e.context(match model {
+            Some(_) => format!("the model directory given for {label}"),
+            None => format!("the model that made {label}, as its run records name it"),
+        })
     })?;
     let mut differences = fp.differences(&now);
     if prompt_name.is_some() {
@@ -169,12 +178,12 @@ pub async fn query_model(
     if !differences.is_empty() {
         let lines: Vec<String> =
             differences.iter().map(|(k, a, b)| format!("  {k}: the dataset's {a}, this model's {b}")).collect();
-        bail!(
+        return Err(Error::Refused(format!(
             "the model directory {} does not make the vectors of {label}, so a query embedded with it would not be \
              comparable:\n{}\nName the model directory that made them with --model DIR.",
             dir.display(),
             lines.join("\n")
-        );
+        )));
     }
     Ok((options.embedder()?, settings))
 }

@@ -1,0 +1,410 @@
+//! Costing a campaign (`pipeline cost trial-a.json trial-b.json …`): the trials of one campaign on several
+//! devices side by side: hours for the whole corpus (with the
+//! trial's range), the price of those hours, the price of a million useful tokens, whether the device's
+//! vectors matched the reference, whether it meets the deadline; and the cheapest device that does both.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::{Deserialize, Serialize};
+
+use super::trial::TrialReport;
+use crate::error::{Error, Result};
+
+/// A prices file, as `examples/prices.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    /// Currency of the prices, for the output only.
+    #[serde(default = "dollars")]
+    pub currency: String,
+    /// Whether the prices are placeholders (the example's are): the output says so.
+    #[serde(default)]
+    pub placeholder: bool,
+    /// Price of an hour, by name. A trial takes the price of the entry equal to its name, else of the
+    /// longest entry its name or device contains (case ignored).
+    pub per_hour: BTreeMap<String, f64>,
+}
+
+fn dollars() -> String {
+    "USD".into()
+}
+
+impl Prices {
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::file(format!("cannot read prices {}", path.display()), e))?;
+        let prices: Self = toml::from_str(&text)
+            .map_err(|e| Error::Refused(format!("{}: {}", path.display(), e.to_string().trim())))?;
+        if let Some((name, p)) = prices.per_hour.iter().find(|(_, p)| !p.is_finite() || **p < 0.0) {
+            return Err(Error::Refused(format!(
+                "{}: the price of {name} is {p}; prices are hourly amounts of 0 or more",
+                path.display()
+            )));
+        }
+        Ok(prices)
+    }
+
+    /// The hourly price for a trial named `name` on `device`, and the entry it came from.
+    pub fn for_trial(&self, name: &str, device: &str) -> Option<(&str, f64)> {
+        let (name_l, device_l) = (name.to_lowercase(), device.to_lowercase());
+        if let Some((k, p)) = self.per_hour.iter().find(|(k, _)| k.to_lowercase() == name_l) {
+            return Some((k, *p));
+        }
+        self.per_hour
+            .iter()
+            .filter(|(k, _)| {
+                let k = k.to_lowercase();
+                name_l.contains(&k) || device_l.contains(&k)
+            })
+            .max_by_key(|(k, _)| k.len())
+            .map(|(k, p)| (k.as_str(), *p))
+    }
+}
+
+/// One trial's line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostRow {
+    pub name: String,
+    pub device: String,
+    pub trial: String,
+    pub hours: f64,
+    pub low_hours: f64,
+    pub high_hours: f64,
+    /// The prices file's entry that priced it, and its hourly price.
+    pub priced_as: Option<String>,
+    pub per_hour: Option<f64>,
+    pub cost: Option<f64>,
+    pub low_cost: Option<f64>,
+    pub high_cost: Option<f64>,
+    pub per_million_tokens: Option<f64>,
+    /// `None` when the trial was not compared with a reference.
+    pub vectors_match: Option<bool>,
+    /// Whether even the range's high end is within the deadline; `None` without a deadline.
+    pub meets_deadline: Option<bool>,
+}
+
+/// The table and the choice.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostReport {
+    pub currency: String,
+    pub placeholder_prices: bool,
+    pub useful_tokens: u64,
+    pub deadline_hours: Option<f64>,
+    pub rows: Vec<CostRow>,
+    /// The chosen row's name, and why (or why none).
+    pub choice: Option<String>,
+    pub why: String,
+    /// Whether the model fits a 48 GB and an 80 GB card, from the first trial that probed (see
+    /// [`crate::model::fit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::model::fit::MemorySplit>,
+}
+
+/// The cost of each trial, and the cheapest that meets the deadline with matching vectors.
+pub fn cost(
+    trials: &[(String, TrialReport)],
+    prices: Option<&Prices>,
+    deadline_hours: Option<f64>,
+) -> Result<CostReport> {
+    let Some((first_path, first)) = trials.first() else {
+        return Err(Error::Refused("no trial to price: name one or more trial.json files".into()));
+    };
+    for (path, t) in trials {
+        if t.corpus.useful_tokens != first.corpus.useful_tokens || t.corpus.rows != first.corpus.rows {
+            return Err(Error::Refused(format!(
+                "{path} is a trial of another corpus ({} rows, {} useful tokens) than {first_path} ({} rows, {} useful \
+                 tokens); cost compares trials of one campaign",
+                t.corpus.rows, t.corpus.useful_tokens, first.corpus.rows, first.corpus.useful_tokens
+            )));
+        }
+    }
+    let tokens = first.corpus.useful_tokens;
+    let rows: Vec<CostRow> = trials
+        .iter()
+        .map(|(path, t)| {
+            let p = &t.prediction;
+            let hours = |s: f64| s / 3600.0;
+            let priced = prices.and_then(|prices| prices.for_trial(&t.name, &t.device.device));
+            let per_hour = priced.map(|(_, p)| p);
+            let cost = per_hour.map(|r| r * hours(p.seconds));
+            CostRow {
+                name: t.name.clone(),
+                device: t.device.device.clone(),
+                trial: path.clone(),
+                hours: hours(p.seconds),
+                low_hours: hours(p.low_seconds),
+                high_hours: hours(p.high_seconds),
+                priced_as: priced.map(|(k, _)| k.to_string()),
+                per_hour,
+                cost,
+                low_cost: per_hour.map(|r| r * hours(p.low_seconds)),
+                high_cost: per_hour.map(|r| r * hours(p.high_seconds)),
+                per_million_tokens: cost.filter(|_| tokens > 0).map(|c| c / (tokens as f64 / 1e6)),
+                vectors_match: t.comparison.as_ref().map(|c| c.passed),
+                meets_deadline: deadline_hours.map(|d| hours(p.high_seconds) <= d),
+            }
+        })
+        .collect();
+    let (choice, why) = choose(&rows, deadline_hours);
+    let memory = trials.iter().find_map(|(_, t)| t.probe.as_ref().and_then(|p| p.split.clone()));
+    Ok(CostReport {
+        memory,
+        currency: prices.map_or_else(dollars, |p| p.currency.clone()),
+        placeholder_prices: prices.is_some_and(|p| p.placeholder),
+        useful_tokens: tokens,
+        deadline_hours,
+        rows,
+        choice,
+        why,
+    })
+}
+
+/// The cheapest row whose vectors did not fail to match and that meets the deadline; the fastest among
+/// equal costs. Without prices, the fastest.
+fn choose(rows: &[CostRow], deadline: Option<f64>) -> (Option<String>, String) {
+    let ok = |r: &&CostRow| r.vectors_match != Some(false) && r.meets_deadline != Some(false);
+    let priced = rows.iter().any(|r| r.cost.is_some());
+    let candidates: Vec<&CostRow> = rows.iter().filter(ok).filter(|r| !priced || r.cost.is_some()).collect();
+    let best = candidates.iter().min_by(|a, b| {
+        let key = |r: &CostRow| (r.cost.unwrap_or(0.0), r.hours);
+        key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let deadline_text = deadline.map_or(String::new(), |d| format!(" within the deadline of {}", hours_text(d)));
+    match best {
+        Some(r) => {
+            let what = if priced { "the cheapest" } else { "the fastest (no prices given)" };
+            let checked = match r.vectors_match {
+                Some(true) => "its vectors match the reference",
+                _ => "its vectors were not compared with a reference (pipeline trial --reference)",
+            };
+            (Some(r.name.clone()), format!("{} is {what} device{deadline_text}; {checked}", r.name))
+        }
+        None => {
+            let mut reasons = Vec::new();
+            if rows.iter().any(|r| r.vectors_match == Some(false)) {
+                reasons.push("some devices' vectors do not match the reference");
+            }
+            if rows.iter().any(|r| r.meets_deadline == Some(false)) {
+                reasons.push("some devices would not finish in time even at their range's high end");
+            }
+            if priced && rows.iter().any(|r| r.cost.is_none()) {
+                reasons.push("some devices have no price in the prices file");
+            }
+            (None, format!("no device meets every condition{deadline_text}: {}", reasons.join("; ")))
+        }
+    }
+}
+
+/// An amount with two decimals, or three significant digits below 1 (small trials cost fractions of a cent).
+pub fn amount(x: f64) -> String {
+    if x.abs() >= 1.0 || x == 0.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{:.*}", (2 - x.abs().log10().floor() as i32).max(2) as usize, x)
+    }
+}
+
+/// Hours as days and hours past two days.
+pub fn hours_text(h: f64) -> String {
+    if h >= 48.0 { format!("{:.1} days", h / 24.0) } else { format!("{h:.1} h") }
+}
+
+/// A deadline such as `7d`, `36h` or `90min`, in hours.
+pub fn parse_deadline(text: &str) -> Result<f64, String> {
+    humantime::parse_duration(text.trim())
+        .map(|d| d.as_secs_f64() / 3600.0)
+        .map_err(|e| format!("{text:?} is not a duration such as 7d, 36h or 90min ({e})"))
+}
+
+/// The cost report of the trials in `files` (saved `trial.json`s), priced by the prices file if given; with
+/// `chart`, its picture written there too.
+pub fn cost_trials(
+    files: &[PathBuf],
+    prices: Option<&Path>,
+    deadline: Option<f64>,
+    chart: Option<&Path>,
+) -> Result<CostReport> {
+    let prices = prices.map(Prices::read).transpose()?;
+    let trials =
+        files.iter().map(|f| Ok((f.display().to_string(), TrialReport::read(f)?))).collect::<Result<Vec<_>>>()?;
+    let report = cost(&trials, prices.as_ref(), deadline)?;
+    if let Some(path) = chart {
+        cost_svg(path, &report).map_err(Error::Refused)?;
+    }
+    Ok(report)
+}
+
+/// Hours per device as bars with the range as a whisker, the cost written above each, and the deadline
+/// as a red line; SVG, with text as SVG text (no system font needed).
+pub fn cost_svg(path: &Path, r: &CostReport) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("chart {}: {e}", path.display());
+    let n = r.rows.len();
+    if n == 0 {
+        return Err(err(&"no trial to draw"));
+    }
+    let top = r.rows.iter().map(|row| row.high_hours).fold(r.deadline_hours.unwrap_or(0.0), f64::max).max(1e-6) * 1.25;
+    let root = SVGBackend::new(path, (220 + 160 * n as u32, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let caption = format!(
+        "Predicted hours for {} useful tokens{}",
+        r.useful_tokens,
+        if r.placeholder_prices { " (placeholder prices)" } else { "" }
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(14)
+        .x_label_area_size(10)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .light_line_style(WHITE)
+        .x_labels(0)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .y_desc("hours")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, row) in r.rows.iter().enumerate() {
+        let x = i as f64;
+        let color =
+            if r.choice.as_deref() == Some(row.name.as_str()) { RGBColor(60, 150, 80) } else { RGBColor(70, 110, 180) };
+        chart
+            .draw_series(std::iter::once(Rectangle::new([(x + 0.2, 0.0), (x + 0.8, row.hours)], color.filled())))
+            .map_err(|e| err(&e))?;
+        let whisker =
+            PathElement::new(vec![(x + 0.5, row.low_hours), (x + 0.5, row.high_hours)], BLACK.stroke_width(2));
+        chart.draw_series(std::iter::once(whisker)).map_err(|e| err(&e))?;
+        let label = match row.cost {
+            Some(c) => format!("{}: {} {}", row.name, amount(c), r.currency),
+            None => format!("{}: no price", row.name),
+        };
+        let style = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+        chart
+            .draw_series(std::iter::once(Text::new(label, (x + 0.5, row.high_hours + top / 40.0), style)))
+            .map_err(|e| err(&e))?;
+    }
+    if let Some(d) = r.deadline_hours {
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(0.0, d), (n as f64, d)], RED.stroke_width(2))))
+            .map_err(|e| err(&e))?
+            .label(format!("deadline: {}", hours_text(d)))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 14))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, hours: f64, cost: Option<f64>, matched: Option<bool>, meets: Option<bool>) -> CostRow {
+        CostRow {
+            name: name.into(),
+            device: String::new(),
+            trial: String::new(),
+            hours,
+            low_hours: hours * 0.9,
+            high_hours: hours * 1.1,
+            priced_as: None,
+            per_hour: cost.map(|c| c / hours),
+            cost,
+            low_cost: None,
+            high_cost: None,
+            per_million_tokens: None,
+            vectors_match: matched,
+            meets_deadline: meets,
+        }
+    }
+
+    #[test]
+    fn prices_match_the_name_exactly_first_then_the_longest_entry_contained() {
+        let prices: Prices = toml::from_str(
+            "currency = \"EUR\"\n[per_hour]\n\"RTX 6000 Ada\" = 1.0\n\"RTX 6000\" = 0.5\n\"A100\" = 2.0\n\"cpu-2t\" = 0.1\n",
+        )
+        .unwrap();
+        assert_eq!(prices.for_trial("x", "cuda:0: NVIDIA RTX 6000 Ada Generation"), Some(("RTX 6000 Ada", 1.0)));
+        assert_eq!(prices.for_trial("x", "cuda:0: Quadro RTX 6000"), Some(("RTX 6000", 0.5)));
+        assert_eq!(prices.for_trial("CPU-2T", "cpu: AMD EPYC"), Some(("cpu-2t", 0.1)));
+        assert_eq!(prices.for_trial("x", "cuda:0: NVIDIA H100"), None);
+        assert!(toml::from_str::<Prices>("[per_hour]\nA40 = \"cheap\"\n").is_err());
+        assert!(toml::from_str::<Prices>("price = 1\n[per_hour]\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn the_cheapest_device_that_matches_and_meets_the_deadline_is_chosen() {
+        let rows = [
+            row("a", 10.0, Some(5.0), Some(true), Some(true)),
+            row("b", 5.0, Some(4.0), Some(false), Some(true)),
+            row("c", 50.0, Some(3.0), Some(true), Some(false)),
+            row("d", 8.0, Some(5.0), Some(true), Some(true)),
+        ];
+        let (choice, why) = choose(&rows, Some(24.0));
+        // b is cheaper but its vectors differ; c misses the deadline; a and d cost the same: d is faster.
+        assert_eq!(choice.as_deref(), Some("d"), "{why}");
+        assert!(why.contains("cheapest") && why.contains("match the reference"), "{why}");
+        let (none, why) = choose(&rows[1..3], Some(24.0));
+        assert!(none.is_none());
+        assert!(why.contains("do not match") && why.contains("not finish in time"), "{why}");
+        let (fastest, why) = choose(&[row("x", 3.0, None, None, None), row("y", 2.0, None, None, None)], None);
+        assert_eq!(fastest.as_deref(), Some("y"));
+        assert!(why.contains("fastest") && why.contains("not compared"), "{why}");
+    }
+
+    #[test]
+    fn small_amounts_keep_three_significant_digits() {
+        assert_eq!(amount(1234.567), "1234.57");
+        assert_eq!(amount(0.5), "0.500");
+        assert_eq!(amount(0.000_123_4), "0.000123");
+        assert_eq!(amount(0.0), "0.00");
+    }
+
+    #[test]
+    fn deadlines_read_as_durations() {
+        assert_eq!(parse_deadline("7d").unwrap(), 168.0);
+        assert_eq!(parse_deadline("36h").unwrap(), 36.0);
+        assert_eq!(parse_deadline("90min").unwrap(), 1.5);
+        assert!(parse_deadline("a week").unwrap_err().contains("7d"));
+    }
+
+    #[test]
+    fn the_chart_is_an_svg_with_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = CostReport {
+            currency: "USD".into(),
+            placeholder_prices: true,
+            useful_tokens: 1000,
+            deadline_hours: Some(24.0),
+            rows: vec![
+                row("cpu-1t", 10.0, Some(1.0), Some(true), Some(true)),
+                row("cpu-2t", 6.0, Some(2.0), None, Some(true)),
+            ],
+            choice: Some("cpu-1t".into()),
+            why: String::new(),
+            memory: None,
+        };
+        let p = dir.path().join("cost.svg");
+        cost_svg(&p, &report).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            s.starts_with("<svg")
+                && s.contains("deadline: 24.0 h")
+                && s.contains("cpu-2t")
+                && s.contains("cpu-1t: 1.00 USD"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Campaign operations as a library: each takes typed settings, tells a [`Reporter`] what it is doing, and
+//! returns a typed report or a [`crate::Error`]. The command (`src/cli/`) parses arguments, calls these and
+//! renders what they return; a Rust program calls the same functions.
+//!
+//! - [`run`]: a job's statements in order, each write into Lance checked, resumed and followed
+//!   ([`run::run_job`] → [`run::RunReport`]);
+//! - [`plan`]: a job's writes planned on any machine ([`plan::plan_job`] → [`crate::campaign::plan::Plan`]s),
+//!   and the walk over a job's writes the other preparations share ([`plan::JobWrites`]);
+//! - [`probe`]: the batch setting this machine's device affords ([`probe::probe_job`] → [`probe::ProbeReport`]);
+//! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
+//!   [`trial::TrialReport`], saved as `trial.json`);
+//! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
+//! - [`lineage`]: how a version's vectors were made, each link re-checked on request ([`lineage::report`] →
+//!   [`lineage::LineageReport`]);
+//! - [`histogram`] and [`json_lines`]: a plan's picture, and the bad line of a JSON source named.
+
+pub mod cost;
+pub mod histogram;
+pub mod json_lines;
+pub mod lineage;
+pub mod plan;
+pub mod probe;
+pub mod run;
+pub mod trial;
+
+use std::ops::ControlFlow;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+
+pub use run::{PlanChoice, RunReport, RunSettings, WriteProgress, run_job};
+
+/// What an operation tells its caller while it runs: `pipeline run` prints notes on its output and warnings
+/// on stderr, draws a progress bar on a terminal and prints query results; a program may show them its own
+/// way, or not at all. Every method has a default: say nothing, read query results to their end.
+///
+/// An operation's result never depends on its reporter: what it did is in the report it returns.
+pub trait Reporter: Send + Sync {
+    /// A line about what the operation is doing or found ("resuming: 100 of 1000 already done in …").
+    fn note(&self, _line: &str) {}
+
+    /// Something the user should act on ("this run's memory peaked at …"), without the `warning: ` prefix.
+    fn warning(&self, _line: &str) {}
+
+    /// A write into Lance started; `progress` says where it is whenever asked, until
+    /// [`Reporter::write_finished`].
+    fn write_started(&self, _progress: WriteProgress) {}
+
+    /// The write [`Reporter::write_started`] announced ended, however it ended.
+    fn write_finished(&self) {}
+
+    /// The next batch of a query's result (a statement that writes nothing). `Break` stops reading it: the
+    /// rest of the result is not computed.
+    fn query_rows(&self, _batch: &RecordBatch) -> crate::Result<ControlFlow<()>> {
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// A query's result ended (or was stopped by `Break`); `schema` names its columns, even with no rows.
+    fn query_finished(&self, _schema: &SchemaRef) -> crate::Result<()> {
+        Ok(())
+    }
+}
+
+/// A reporter that says nothing and reads each query's result to its end (so that a failing row still fails).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Silent;
+
+impl Reporter for Silent {}

@@ -1,0 +1,548 @@
+//! Planning a job's writes into Lance, on any machine and with no GPU (`pipeline plan`): check each write's
+//! ids as the run does, count its tokens exactly as the run will (same tokenizer, prefix, limit and side),
+//! order its rows longest first with the ordering stage's own nodes (DataFusion's sort, spilling under
+//! `datafusion.runtime.memory_limit`), cut them into work units, and keep all of it in the plan directory
+//! `<output>.plan/`: `plan.json`, the work list and a picture of the histogram. Also what a run, a probe
+//! and a trial need of a plan: the job's writes walked in order ([`JobWrites`]), a plan's sources checked.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{Schema, UInt32Type};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use futures::StreamExt;
+
+use crate::campaign::plan::{
+    HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN,
+    UnitCutter, WORK_LIST_FILE,
+};
+use crate::error::{Error, Result};
+use crate::exec::TokenCountExec;
+use crate::exec::length_order::{DROPPED_TOKENS, TOKEN_COUNT, longest_first};
+use crate::lance::resume::{WriteTarget, dataset_exists, write_target};
+use crate::lance::sink::fingerprint_of_columns;
+use crate::lance::{LanceTable, dataset_uri};
+use crate::metrics::RunMetrics;
+use crate::model::TruncationSide;
+use crate::options::EmbedOptions;
+use crate::script::{Statement, parse_all, split_statements};
+use crate::session::EmbedSession;
+
+/// Useful tokens a work unit holds at most, unless `--units` or `--unit-tokens` says otherwise.
+pub const DEFAULT_UNIT_TOKENS: u64 = 1_000_000;
+
+/// How big the work units are.
+#[derive(Debug, Clone, Copy)]
+pub enum UnitSize {
+    /// About this many units in all.
+    Count(u64),
+    /// About this many useful tokens each (see [`UnitCutter`]).
+    Tokens(u64),
+}
+
+/// Plan every write into Lance of the job file: each plan, and the directory it was written to.
+pub async fn plan_job(file: &Path, size: UnitSize) -> Result<Vec<(Plan, PathBuf)>> {
+    let (session, statements) = load_job(file)?;
+    let mut writes = JobWrites::new(file, &session, &statements);
+    let mut plans = Vec::new();
+    while let Some((stmt, plan, target)) = writes.next().await? {
+        if !crate::stores::is_local(&target.uri) {
+            let e = format!(
+                "plans are kept beside a local output, and {} is not one; plan with a local output path, or run \
+                 without a plan",
+                target.uri
+            );
+            return Err(writes.fail(stmt, &e));
+        }
+        let dir = plan_dir(&target.uri);
+        let made =
+            make_plan(&session, &plan, &target, size, &dir).await.map_err(|e| writes.fail(stmt, &e.chain_text()))?;
+        plans.push(made);
+    }
+    if plans.is_empty() {
+        return Err(Error::Refused(format!(
+            "{} writes nothing into Lance (COPY … STORED AS LANCE, INSERT INTO a Lance table): nothing to plan",
+            file.display()
+        )));
+    }
+    Ok(plans)
+}
+
+/// A job file's statements, parsed, and a session for them that starts fresh (`embed.restart`): what is
+/// prepared covers the whole input, whatever an output already holds (the run skips the ids already there).
+pub fn load_job(file: &Path) -> Result<(EmbedSession, Vec<Statement>)> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::file(format!("cannot read job file {}", file.display()), e))?;
+    let statements = split_statements(&text).map_err(|e| Error::Refused(format!("{}: {e}", file.display())))?;
+    let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
+    parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
+        Error::Refused(format!(
+            "{}: statement {} (line {}) does not parse: {e}",
+            file.display(),
+            statements[i].index,
+            statements[i].line
+        ))
+    })?;
+    Ok((session, statements))
+}
+
+/// Walks a job's statements in order, running its set-up (SET, RESET, CREATE, DROP), skipping its queries
+/// (a query may read an output that does not exist before the run), and handing out each write into Lance
+/// (COPY, INSERT) as its logical plan, not run.
+pub struct JobWrites<'a> {
+    file: &'a Path,
+    session: &'a EmbedSession,
+    statements: &'a [Statement],
+    next: usize,
+    json_sources: Vec<String>,
+}
+
+impl<'a> JobWrites<'a> {
+    pub fn new(file: &'a Path, session: &'a EmbedSession, statements: &'a [Statement]) -> Self {
+        Self { file, session, statements, next: 0, json_sources: Vec::new() }
+    }
+
+    /// The next write into Lance, after running the set-up before it.
+    pub async fn next(&mut self) -> Result<Option<(&'a Statement, LogicalPlan, WriteTarget)>> {
+        let ctx = self.session.context();
+        while let Some(stmt) = self.statements.get(self.next) {
+            self.next += 1;
+            let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+            if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
+                continue;
+            }
+            let plan = ctx.state().create_logical_plan(&stmt.sql).await.map_err(|e| self.fail(stmt, &e))?;
+            if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan {
+                if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)).await {
+                    // An output the job reads back after writing it: it does not exist before the run.
+                    continue;
+                }
+                if c.file_type.eq_ignore_ascii_case("json") {
+                    self.json_sources.push(c.location.clone());
+                }
+            }
+            if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+                ctx.execute_logical_plan(plan).await.map_err(|e| self.fail(stmt, &e))?;
+            } else if let Some(target) = write_target(&plan) {
+                return Ok(Some((stmt, plan, target)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An error of `stmt`, placed as `pipeline run` places it (a JSON error with its file's bad line).
+    /// `e` is written in its alternate form `{:#}` (with its causes, for errors that print them so); give a
+    /// library error as its [`Error::chain_text`].
+    pub fn fail(&self, stmt: &Statement, e: &dyn std::fmt::Display) -> Error {
+        let e = crate::error::plain(&stmt.relocate(&format!("{e:#}")));
+        let message = format!("{}: {e}", position(self.file, stmt.index, stmt.line, &self.json_sources, &e));
+        Error::Statement { message, cause: None }
+    }
+}
+
+/// Where a statement is, and for a JSON error the first bad line of the job's JSON sources (Arrow's JSON
+/// errors say what, not where), as `pipeline run` says it.
+fn position(file: &Path, index: usize, line: usize, json_sources: &[String], error: &str) -> String {
+    let located = json_sources
+        .iter()
+        .rev()
+        .filter(|_| error.contains("Json error"))
+        .find_map(|l| super::json_lines::first_bad_line(l, error))
+        .map(|(f, line, why)| format!(" ({} line {line}: {why})", f.display()))
+        .unwrap_or_default();
+    format!("{}: statement {index} (line {line}){located}", file.display())
+}
+
+/// SHA-256 of what a write reads: its query's plan (tables, columns, filters) and its id column. The
+/// tables' files are checked apart from it, by [`compare_sources`].
+pub fn write_digest(target: &WriteTarget, id_column: &str) -> String {
+    let query = format!("{}\nid column: {id_column}", target.input.display_indent_schema());
+    crate::campaign::digest::hex_sha256(query.as_bytes())
+}
+
+/// The plan directory of an output.
+pub fn plan_dir(output: &str) -> PathBuf {
+    PathBuf::from(format!("{}.plan", output.trim_end_matches('/')))
+}
+
+/// The plan in `dir` when it is this write's (same query, fingerprint and sources unchanged), or `None`.
+pub async fn current_plan(dir: &Path, target: &WriteTarget, options: &EmbedOptions) -> Result<Option<Plan>> {
+    let Ok((plan, _)) = Plan::read(dir) else { return Ok(None) };
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
+    let same_settings = fingerprint.is_some_and(|f| plan.fingerprint.differences(&f).is_empty());
+    if !same_settings
+        || plan.write_digest != write_digest(target, &options.id_column)
+        || !source_changes(&plan).await.is_empty()
+    {
+        return Ok(None);
+    }
+    Ok(Some(plan))
+}
+
+/// Plan one write into the plan directory `dir` (replacing what is there).
+pub async fn make_plan(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+    size: UnitSize,
+    dir: &Path,
+) -> Result<(Plan, PathBuf)> {
+    let state = session.context().state();
+    let options = EmbedOptions::from_config(state.config_options());
+    if !options.order.eq_ignore_ascii_case("length") {
+        return Err(Error::Refused(format!(
+            "a plan orders the rows by length; remove SET embed.order = '{}'",
+            options.order
+        )));
+    }
+    if target.uri.contains("://") {
+        return Err(Error::Refused(format!(
+            "a plan is kept beside its output, and {} is not on this machine's disk",
+            target.uri
+        )));
+    }
+    let column = &options.id_column;
+    if let Some(why) = crate::lance::resume::unplannable(&target.input, column)? {
+        return Err(Error::Refused(format!(
+            "the write into {} cannot be planned: {why}. Run it without a plan (pipeline run --no-plan), or write \
+             each embed() to its own output",
+            target.uri
+        )));
+    }
+    // The write's planning (counting_input, below) refuses NULL and repeated ids, as a run's does.
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?.ok_or_else(|| {
+        Error::Refused(format!("the write into {} has no embed() column: there is nothing to plan", target.uri))
+    })?;
+    let sources = snapshot_sources(&target.input).await?;
+
+    // The run's own ordering nodes, found in the write's physical plan, counting truncation too.
+    let (input, text) = counting_input(session, write, target).await?;
+    let counted = Arc::new(RunMetrics::default());
+    let counter = TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?
+        .with_run_metrics(Some(Arc::clone(&counted)))
+        .with_dropped_tokens();
+    let counter: Arc<dyn ExecutionPlan> = Arc::new(counter);
+    let sorted = SortExec::new(longest_first(&counter.schema())?, Arc::clone(&counter));
+    let mut stream = sorted.execute(0, state.task_ctx())?;
+
+    let (settings, _) = crate::campaign::Fingerprint::for_options(&options)?;
+    let dir = dir.to_path_buf();
+    let staging = PathBuf::from(format!("{}.tmp-{}", dir.display(), std::process::id()));
+    refuse_other_folder(&dir)?;
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(|e| Error::file(format!("cannot create {}", staging.display()), e))?;
+    // A plan refused half-way (or stopped) leaves nothing behind.
+    let _cleanup = RemoveOnDrop(staging.clone());
+    let mut totals = Totals { max_tokens: settings.max_tokens as u64, ..Totals::default() };
+    let mut histogram = Histogram::new(totals.max_tokens);
+    let mut cutter: Option<UnitCutter> = None;
+    let mut writer: Option<ArrowWriter<File>> = None;
+    let id_index = counter.schema().index_of(column)?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        // Every row is counted before the sort gives its first: the total is known here.
+        let cutter = cutter.get_or_insert_with(|| {
+            UnitCutter::new(match size {
+                UnitSize::Tokens(t) => t,
+                UnitSize::Count(n) => counted.counted().1.div_ceil(n.max(1)),
+            })
+        });
+        let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let kept = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
+        let cut = batch.column_by_name(DROPPED_TOKENS).expect("counted").as_primitive::<UInt32Type>().clone();
+        let mut units = Vec::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let (k, d) = (u64::from(kept.value(row)), u64::from(cut.value(row)));
+            // Under truncation 'error' nothing is cut: the count is the whole text, the excess beside it.
+            let whole = if settings.truncation == TruncationSide::Error { k } else { k + d };
+            totals.rows += 1;
+            if texts.is_null(row) {
+                totals.null_texts += 1;
+            } else {
+                if d > 0 && settings.truncation == TruncationSide::Error {
+                    let id = datafusion::arrow::util::display::array_value_to_string(batch.column(id_index), row)?;
+                    return Err(Error::Refused(format!(
+                        "the text of {column} {id} has {} tokens, above embed.max_tokens = {}, and embed.truncation \
+                         is 'error'. Shorten it, raise embed.max_tokens, or SET embed.truncation = 'right'",
+                        whole, totals.max_tokens
+                    )));
+                }
+                totals.documents += 1;
+                totals.useful_tokens += k;
+                totals.tokens_before_truncation += whole;
+                totals.truncated_documents += u64::from(d > 0);
+                totals.dropped_tokens += d;
+                histogram.add(whole);
+            }
+            units.push(cutter.push(kept.value(row)));
+        }
+        let row = work_list_rows(&batch, units)?;
+        let writer = match &mut writer {
+            Some(w) => w,
+            None => {
+                writer.insert(ArrowWriter::try_new(File::create(staging.join(WORK_LIST_FILE))?, row.schema(), None)?)
+            }
+        };
+        writer.write(&row)?;
+    }
+    match writer {
+        Some(w) => {
+            w.close()?;
+        }
+        None => {
+            let empty = work_list_rows(&RecordBatch::new_empty(counter.schema()), Vec::new())?;
+            ArrowWriter::try_new(File::create(staging.join(WORK_LIST_FILE))?, empty.schema(), None)?.close()?;
+        }
+    }
+    histogram.finish(&totals);
+    let plan = Plan {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        output: target.uri.clone(),
+        fingerprint,
+        write_digest: write_digest(target, column),
+        sources,
+        totals,
+        unit_tokens: cutter.as_ref().map_or(0, |c| c.unit_tokens()),
+        units: cutter.map(|c| c.units).unwrap_or_default(),
+        histogram,
+    };
+    std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
+    let h = &plan.histogram;
+    let caption = super::histogram::caption(h, &plan.totals);
+    super::histogram::histogram_svg(&staging.join(HISTOGRAM_FILE), h.bin_width, &h.bins, h.limit, &caption)
+        .map_err(Error::Refused)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::file(format!("cannot replace the old plan {}", dir.display()), e))?;
+    }
+    std::fs::rename(&staging, &dir)
+        .map_err(|e| Error::file(format!("cannot move the plan into {}", dir.display()), e))?;
+    Ok((plan, dir))
+}
+
+/// What the ordering stage of a write counts: its input rows, and the text (an expression over them), as
+/// found in the write's own physical plan.
+pub async fn counting_input(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<dyn datafusion::physical_expr::PhysicalExpr>)> {
+    let physical = session.context().state().create_physical_plan(write).await?;
+    let mut found = None;
+    physical.apply(|node| {
+        if let Some(counter) = node.as_ref().downcast_ref::<TokenCountExec>() {
+            found = Some((Arc::clone(counter.input()), Arc::clone(counter.text())));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    found.ok_or_else(|| Error::Refused(format!("the write into {} has no embed(text) to order", target.uri)))
+}
+
+/// Refuse to replace `dir` unless it holds a plan, or nothing: a folder of someone else's files that happens to
+/// have the plan's name is never deleted.
+fn refuse_other_folder(dir: &Path) -> Result<()> {
+    if !dir.exists() || dir.join(PLAN_FILE).is_file() {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
+    if !empty {
+        return Err(Error::Refused(format!(
+            "{} exists and holds no plan ({PLAN_FILE}), so it is not replaced by one (a plan is kept in \
+             <output>.plan/ beside its output); move that folder away, or write to another output",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Removes a directory when dropped, if it is still there.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A sorted batch as work-list rows: the write's input columns, the token count, and the unit.
+fn work_list_rows(batch: &RecordBatch, units: Vec<u32>) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| schema.field(*i).name() != DROPPED_TOKENS).collect();
+    let kept = batch.project(&keep)?;
+    let mut fields: Vec<_> = kept.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+        UNIT_COLUMN,
+        datafusion::arrow::datatypes::DataType::UInt32,
+        false,
+    )));
+    let mut columns = kept.columns().to_vec();
+    columns.push(Arc::new(UInt32Array::from(units)));
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// What each source table of the write is now: its files' sizes, times and digests, or its Lance version.
+pub async fn snapshot_sources(input: &LogicalPlan) -> Result<Vec<SourceSnapshot>> {
+    let mut scans = Vec::new();
+    input.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            scans.push((scan.table_name.to_string(), Arc::clone(&scan.source)));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let mut snapshots = Vec::new();
+    for (table, source) in scans {
+        let mut snapshot = SourceSnapshot {
+            table,
+            locations: Vec::new(),
+            file_extension: String::new(),
+            files: Vec::new(),
+            lance: None,
+            unchecked: None,
+        };
+        let provider = source_as_provider(&source)?;
+        if let Some(lance) = provider.as_ref().downcast_ref::<LanceTable>() {
+            let ds = crate::lance::open_dataset(lance.uri()).await?;
+            snapshot.lance = Some(LanceSnapshot { uri: lance.uri().to_string(), version: ds.version().version });
+        } else if let Some(listing) = provider.as_ref().downcast_ref::<ListingTable>() {
+            snapshot.file_extension = listing.options().file_extension.clone();
+            for url in listing.table_paths() {
+                let Some(path) = url.as_str().strip_prefix("file://") else {
+                    snapshot.unchecked = Some(format!("{url} is not on this machine's disk"));
+                    continue;
+                };
+                snapshot.locations.push(path.to_string());
+                snapshot.files.extend(files_of(Path::new(path), &snapshot.file_extension)?);
+            }
+        } else {
+            snapshot.unchecked = Some("not a file or Lance table".into());
+        }
+        snapshots.push(snapshot);
+    }
+    Ok(snapshots)
+}
+
+/// What changed in a plan's sources since it was made (its tables' locations as they are now), a line
+/// each; empty when nothing did.
+pub async fn source_changes(plan: &Plan) -> Vec<String> {
+    let mut now = Vec::new();
+    for source in &plan.sources {
+        now.push(current(source).await);
+    }
+    compare_sources(&plan.sources, &now)
+}
+
+/// A planned source as it is now, at the same locations.
+async fn current(planned: &SourceSnapshot) -> SourceSnapshot {
+    let mut now = SourceSnapshot { files: Vec::new(), lance: None, ..planned.clone() };
+    if let Some(lance) = &planned.lance {
+        match crate::lance::open_dataset(&lance.uri).await {
+            Ok(ds) => now.lance = Some(LanceSnapshot { uri: lance.uri.clone(), version: ds.version().version }),
+            Err(e) => {
+                now.unchecked = Some(format!("{} cannot be opened: {}", lance.uri, crate::error::plain(&e.to_string())))
+            }
+        }
+    }
+    for location in &planned.locations {
+        if Path::new(location).exists() {
+            now.files.extend(files_of(Path::new(location), &planned.file_extension).unwrap_or_default());
+        }
+    }
+    now
+}
+
+/// How the sources as planned differ from the sources `now`, a line each (file added, removed, resized,
+/// content differs; Lance version moved; table not read any more, or new); empty when they do not.
+/// Files are matched by their path within their table's location, so a corpus copied to another
+/// machine's folder is the same corpus.
+pub fn compare_sources(planned: &[SourceSnapshot], now: &[SourceSnapshot]) -> Vec<String> {
+    let mut changes = Vec::new();
+    for p in planned {
+        let table = &p.table;
+        let Some(n) = now.iter().find(|n| n.table == p.table) else {
+            changes.push(format!("table {table}: planned, but the write does not read it now"));
+            continue;
+        };
+        match (&p.lance, &n.lance) {
+            (Some(a), Some(b)) if a.version != b.version => changes.push(format!(
+                "table {table}: {} is at version {}, planned at version {}",
+                b.uri, b.version, a.version
+            )),
+            (Some(a), None) => {
+                let why = n.unchecked.clone().unwrap_or_else(|| "is not a Lance table now".into());
+                changes.push(format!("table {table}: planned as Lance {}, but {why}", a.uri));
+            }
+            (None, Some(b)) => changes.push(format!("table {table}: is Lance {} now, planned as files", b.uri)),
+            _ => {}
+        }
+        let now_files: Vec<(String, &SourceFile)> = n.files.iter().map(|f| (file_key(n, &f.path), f)).collect();
+        for file in &p.files {
+            let key = file_key(p, &file.path);
+            match now_files.iter().find(|(k, _)| *k == key).map(|(_, f)| f) {
+                None => changes.push(format!("table {table}: {} was removed", file.path)),
+                Some(f) if f.bytes != file.bytes => changes
+                    .push(format!("table {table}: {} has {} bytes, planned with {}", f.path, f.bytes, file.bytes)),
+                Some(f) if f.sha256 != file.sha256 => {
+                    changes.push(format!("table {table}: {} has other content (its SHA-256 differs)", f.path))
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, f) in &now_files {
+            if p.files.iter().all(|pf| file_key(p, &pf.path) != *key) {
+                changes.push(format!("table {table}: {} was added", f.path));
+            }
+        }
+    }
+    for n in now.iter().filter(|n| planned.iter().all(|p| p.table != n.table)) {
+        changes.push(format!("table {}: read by the write, but not in the plan", n.table));
+    }
+    changes
+}
+
+/// A file's path within its table's location: its name for a location that is the file itself.
+fn file_key(source: &SourceSnapshot, path: &str) -> String {
+    for location in &source.locations {
+        if path == location {
+            return Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        }
+        if let Some(rest) = path.strip_prefix(location.as_str()) {
+            return rest.trim_start_matches('/').to_string();
+        }
+    }
+    path.to_string()
+}
+
+/// The files of a table path (a file, or a folder read recursively for files ending in `extension`), sorted.
+fn files_of(path: &Path, extension: &str) -> Result<Vec<SourceFile>> {
+    let mut paths = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for entry in std::fs::read_dir(&p).map_err(|e| Error::file(format!("cannot list {}", p.display()), e))? {
+                stack.push(entry?.path());
+            }
+        } else if p == path || p.to_string_lossy().ends_with(extension) {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    paths.iter().map(|p| source_file(p)).collect()
+}
+
+/// One file's size, modification time and digest.
+pub fn source_file(path: &Path) -> Result<SourceFile> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::file(format!("cannot read {}", path.display()), e))?;
+    let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let sha256 = crate::campaign::fingerprint::sha256_file(path)?;
+    Ok(SourceFile { path: path.display().to_string(), bytes: meta.len(), modified, sha256 })
+}
