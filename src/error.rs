@@ -101,6 +101,11 @@ pub enum Error {
     #[error("{0}")]
     Refused(String),
 
+    /// Something that cannot happen did (a worker thread panicked, a column the pipeline adds itself is
+    /// missing): not the user's input but a fault of this tool, to report.
+    #[error("internal error: {0} (a fault of this tool, not of the input; please report it)")]
+    Internal(String),
+
     /// A job stopped on request (ctrl-C, SIGTERM) between its statements or while a query's result was read.
     #[error("{0}")]
     StoppedAt(String),
@@ -173,6 +178,12 @@ impl From<Error> for datafusion::error::DataFusionError {
             Error::DataFusion(e) => *e,
             e => datafusion::error::DataFusionError::External(Box::new(e)),
         }
+    }
+}
+
+impl From<tokio::task::JoinError> for Error {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Self::Internal(format!("a worker thread failed: {e}"))
     }
 }
 

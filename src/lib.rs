@@ -23,15 +23,10 @@ pub mod cluster;
 pub mod error;
 pub mod exec;
 pub mod lance;
-pub mod memory;
-pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod options;
-pub mod script;
 pub mod session;
-pub mod sources;
-pub mod stores;
 pub mod udf;
 
 pub use error::{Error, Result};

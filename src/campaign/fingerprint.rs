@@ -110,6 +110,17 @@ impl Fingerprint {
 
     /// The settings and fingerprint that `embed.*` options give, resolved against their model.
     pub fn for_options(options: &EmbedOptions) -> Result<(CallSettings, Self)> {
+        let (spec, settings, prompt_name) = Self::settings_for(options)?;
+        let mut fingerprint = Self::new(&spec, &settings)?;
+        fingerprint.prompt_name = prompt_name;
+        fingerprint.dtype = options.vector_dtype()?.to_string();
+        Ok((settings, fingerprint))
+    }
+
+    /// The model `embed.*` options name and the call settings they give, refused when the model cannot make
+    /// what they ask (a pooling its Dense module does not take, a cut wider than its vectors, more tokens
+    /// than its positions); and the prompt chosen by name. No file is hashed.
+    pub fn settings_for(options: &EmbedOptions) -> Result<(ModelSpec, CallSettings, String)> {
         let spec = ModelSpec::load(options.model_dir())?;
         let mut settings = options.call_settings(&spec.defaults())?;
         let prompt_name = options.apply_model_prompt(&spec, &mut settings)?;
@@ -150,10 +161,7 @@ impl Fingerprint {
                 ),
             });
         }
-        let mut fingerprint = Self::new(&spec, &settings)?;
-        fingerprint.prompt_name = prompt_name;
-        fingerprint.dtype = options.vector_dtype()?.to_string();
-        Ok((settings, fingerprint))
+        Ok((spec, settings, prompt_name))
     }
 
     /// The stored form.

@@ -9,8 +9,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::campaign::Fingerprint;
-use crate::model::TextEmbedder;
+use crate::ops::embed::embed_texts;
 use crate::options::EmbedOptions;
 
 /// One line of output.
@@ -60,9 +59,6 @@ pub async fn embed(
     if let Some(file) = file {
         texts.extend(read_texts(file)?);
     }
-    if texts.is_empty() {
-        bail!("no texts: give them as arguments, or --file FILE (JSON lines)");
-    }
     let mut options = EmbedOptions::default();
     if let Some(model) = model {
         options = options.with_model(model);
@@ -70,16 +66,10 @@ pub async fn embed(
     if let Some(device) = device {
         options.device = device;
     }
-    let (settings, fingerprint) = Fingerprint::for_options(&options)?;
-    let embedder = options.embedder()?;
-    let embedded = tokio::task::spawn_blocking(move || {
-        let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        embedder.embed(&refs, &settings)
-    })
-    .await??;
-    eprintln!("fingerprint: {}", fingerprint.to_json());
+    let embedded = embed_texts(texts, &options).await?;
+    eprintln!("fingerprint: {}", embedded.fingerprint.to_json());
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for (index, vector) in embedded.vectors.chunks(fingerprint.dim).enumerate() {
+    for (index, vector) in embedded.rows().enumerate() {
         serde_json::to_writer(&mut out, &Line { index, vector })?;
         out.write_all(b"\n")?;
     }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
 
-pub use crate::script::JobStatement;
-use crate::script::{set_key, split_statements};
+pub use crate::ops::script::JobStatement;
+use crate::ops::script::{set_key, split_statements};
 
 /// One place statements come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn read_statements(
                 let file =
                     std::fs::File::open(path).with_context(|| format!("cannot read job file {}", path.display()))?;
                 let source = path.display().to_string();
-                let text = crate::script::read_job(file, &source).map_err(|e| anyhow!(e))?;
+                let text = crate::ops::script::read_job(file, &source).map_err(|e| anyhow!(e))?;
                 (source, text)
             }
             Input::Stdin => {
@@ -51,7 +51,7 @@ pub fn read_statements(
                     bail!("`-` is given twice; standard input holds one job");
                 }
                 stdin_read = true;
-                let text = crate::script::read_job(std::io::stdin(), "<stdin>").map_err(|e| anyhow!(e))?;
+                let text = crate::ops::script::read_job(std::io::stdin(), "<stdin>").map_err(|e| anyhow!(e))?;
                 ("<stdin>".to_string(), text)
             }
             Input::Command(sql) => {

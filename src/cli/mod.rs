@@ -15,7 +15,6 @@ pub mod embed;
 pub mod evaluate;
 pub mod inspect;
 pub mod invariance;
-pub mod job;
 pub mod job_input;
 pub mod lineage;
 pub mod maintain;
@@ -175,7 +174,7 @@ pub enum Command {
         file: PathBuf,
         /// Most memory the process may use, e.g. 8GiB or 900MB (default: 90% of the available memory,
         /// plus what the loaded model holds).
-        #[arg(long, value_name = "SIZE", value_parser = crate::memory::parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
         memory_budget: Option<u64>,
         /// Largest embed.batch_tokens tried.
         #[arg(long, default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(512..))]
@@ -208,7 +207,7 @@ pub enum Command {
         #[arg(long, value_name = "DATASET")]
         reference: Option<String>,
         /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
-        #[arg(long, value_name = "SIZE", value_parser = crate::memory::parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
         memory_budget: Option<u64>,
         /// Keep the job's batch settings; do not probe.
         #[arg(long)]
@@ -698,11 +697,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Run { files: _, commands: _, settings, output, restart, plan, no_plan, runtime } => {
             runtime.apply();
             stop_on_signals(StopSays::Committing);
-            let plans = match (plan, no_plan) {
-                (Some(dir), _) => crate::ops::PlanChoice::Dir(dir),
-                (None, true) => crate::ops::PlanChoice::Off,
-                (None, false) => crate::ops::PlanChoice::Beside,
-            };
+            let plans = plan_choice(plan, no_plan);
             let (statements, run_settings) = job(&inputs, settings, output, restart, quiet, plans, false)?;
             run::run_job(&statements, &run_settings).await
         }
@@ -736,6 +731,141 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         Command::Cost { trials, prices, deadline, json, chart } => {
             cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
         }
+        Command::CompareOrder { file, sample, table, column, json, runtime } => {
+            runtime.apply();
+            compare_order::compare_order_command(&file, sample, table.as_deref(), &column, json).await
+        }
+        Command::CheckInvariance { file, sample, table, column, max_diff, json, runtime } => {
+            runtime.apply();
+            invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
+        }
+        Command::Devices { json, runtime } => {
+            runtime.apply();
+            devices::print(json)
+        }
+        Command::Embed { texts, file, model, device, runtime } => {
+            runtime.apply();
+            embed::embed(texts, file.as_deref(), model, device).await
+        }
+        c @ (Command::Search { .. }
+        | Command::Index { .. }
+        | Command::Optimize { .. }
+        | Command::Inspect { .. }
+        | Command::Lineage { .. }
+        | Command::Report { .. }
+        | Command::Compare { .. }) => dataset_command(c).await,
+        c @ (Command::Verify { .. } | Command::Evaluate { .. }) => check_command(c, quiet).await,
+        c @ (Command::Scheduler { .. } | Command::ClusterKeys { .. } | Command::Executor { .. }) => {
+            cluster_command(c).await
+        }
+    }
+}
+
+/// `--plan DIR` or `--no-plan`: which plan a run executes (by default, the one beside its output).
+fn plan_choice(plan: Option<std::path::PathBuf>, no_plan: bool) -> crate::ops::PlanChoice {
+    match (plan, no_plan) {
+        (Some(dir), _) => crate::ops::PlanChoice::Dir(dir),
+        (None, true) => crate::ops::PlanChoice::Off,
+        (None, false) => crate::ops::PlanChoice::Beside,
+    }
+}
+
+/// The commands that read, search, compare, report or maintain a dataset.
+async fn dataset_command(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Search { args, runtime } => {
+            runtime.apply();
+            search::search(&args).await
+        }
+        Command::Index { dataset, kind, metric, column, partitions, json } => {
+            maintain::index(&dataset, &column, kind, metric, partitions.map(|p| p as usize), json).await
+        }
+        Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
+        Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
+        Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
+        Command::Report { dataset, output, trials, prices } => {
+            report::report_command(&dataset, &output, &trials, prices.as_deref()).await
+        }
+        Command::Compare {
+            a,
+            b,
+            min_cosine,
+            max_diff,
+            shared_ids,
+            allow_different_fingerprints,
+            json,
+            id_column,
+            column,
+        } => {
+            let thresholds =
+                crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
+            compare::compare(&a, &b, &id_column, &column, thresholds, json).await
+        }
+        _ => unreachable!("main hands only the dataset commands here"),
+    }
+}
+
+/// The commands that check a dataset: `verify` and `evaluate`.
+async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
+    match command {
+        Command::Verify { dataset, job, sample, seed, min_cosine, model, device, id_column, column, json, runtime } => {
+            runtime.apply();
+            let args = crate::ops::verify::VerifyArgs {
+                dataset,
+                job,
+                sample,
+                seed,
+                min_cosine,
+                model,
+                device,
+                id_column,
+                column,
+            };
+            verify::verify_command(&args, json, quiet).await
+        }
+        Command::Evaluate {
+            datasets,
+            queries,
+            qrels,
+            pairs,
+            ks,
+            query_prompt,
+            model,
+            overlap,
+            overlap_sample,
+            seed,
+            id_column,
+            column,
+            json,
+            runtime,
+        } => {
+            runtime.apply();
+            let judgements = match (queries, qrels, pairs) {
+                (Some(q), Some(r), _) => Some(crate::ops::evaluate::read_queries_and_qrels(&q, &r)?),
+                (_, _, Some(p)) => Some(crate::ops::evaluate::read_pairs(&p)?),
+                _ => None,
+            };
+            let args = crate::ops::evaluate::EvaluateArgs {
+                datasets,
+                judgements,
+                ks,
+                model,
+                query_prompt,
+                id_column,
+                column,
+                overlap,
+                overlap_sample,
+                seed,
+            };
+            evaluate::evaluate_command(&args, json).await
+        }
+        _ => unreachable!("main hands only the checks here"),
+    }
+}
+
+/// The cluster's commands: its keys, its scheduler and executors.
+async fn cluster_command(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Scheduler { bind, executor_timeout, cluster_keys } => {
             let keys = cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?;
             Ok(crate::cluster::run_scheduler(bind, executor_timeout, keys, |line| println!("{line}")).await?)
@@ -776,91 +906,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             };
             Ok(crate::cluster::run_executor(settings, |line| println!("{line}")).await?)
         }
-        Command::Devices { json, runtime } => {
-            runtime.apply();
-            devices::print(json)
-        }
-        Command::Embed { texts, file, model, device, runtime } => {
-            runtime.apply();
-            embed::embed(texts, file.as_deref(), model, device).await
-        }
-        Command::Search { args, runtime } => {
-            runtime.apply();
-            search::search(&args).await
-        }
-        Command::Index { dataset, kind, metric, column, partitions, json } => {
-            maintain::index(&dataset, &column, kind, metric, partitions.map(|p| p as usize), json).await
-        }
-        Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
-        Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
-        Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
-        Command::Verify { dataset, job, sample, seed, min_cosine, model, device, id_column, column, json, runtime } => {
-            runtime.apply();
-            let args = verify::VerifyArgs { dataset, job, sample, seed, min_cosine, model, device, id_column, column };
-            verify::verify_command(&args, json, quiet).await
-        }
-        Command::Evaluate {
-            datasets,
-            queries,
-            qrels,
-            pairs,
-            ks,
-            query_prompt,
-            model,
-            overlap,
-            overlap_sample,
-            seed,
-            id_column,
-            column,
-            json,
-            runtime,
-        } => {
-            runtime.apply();
-            let judgements = match (queries, qrels, pairs) {
-                (Some(q), Some(r), _) => Some(evaluate::read_queries_and_qrels(&q, &r)?),
-                (_, _, Some(p)) => Some(evaluate::read_pairs(&p)?),
-                _ => None,
-            };
-            let args = evaluate::EvaluateArgs {
-                datasets,
-                judgements,
-                ks,
-                model,
-                query_prompt,
-                id_column,
-                column,
-                overlap,
-                overlap_sample,
-                seed,
-            };
-            evaluate::evaluate_command(&args, json).await
-        }
-        Command::Report { dataset, output, trials, prices } => {
-            report::report_command(&dataset, &output, &trials, prices.as_deref()).await
-        }
-        Command::Compare {
-            a,
-            b,
-            min_cosine,
-            max_diff,
-            shared_ids,
-            allow_different_fingerprints,
-            json,
-            id_column,
-            column,
-        } => {
-            let thresholds =
-                crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
-            compare::compare(&a, &b, &id_column, &column, thresholds, json).await
-        }
-        Command::CompareOrder { file, sample, table, column, json, runtime } => {
-            runtime.apply();
-            compare_order::compare_order(&file, sample, table.as_deref(), &column, json).await
-        }
-        Command::CheckInvariance { file, sample, table, column, max_diff, json, runtime } => {
-            runtime.apply();
-            invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
-        }
+        _ => unreachable!("main hands only the cluster commands here"),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::memory::mib;
+use crate::campaign::memory::mib;
 use crate::model::fit::{MemorySplit, gib};
 use crate::ops::probe::{ProbeReport, SAME_SPEED, probe_job};
 

@@ -57,22 +57,18 @@ impl Printer {
         Self { quiet: settings.quiet, style: settings.style, result: Mutex::new(None), bar: Mutex::new(None) }
     }
 
+    /// The result being shown, made at its first batch.
     fn shown<T>(&self, f: impl FnOnce(&mut Shown) -> T) -> T {
         let mut guard = self.result.lock().unwrap_or_else(|e| e.into_inner());
-        let shown = guard.get_or_insert_with(|| Shown {
+        f(guard.get_or_insert_with(|| self.new_shown()))
+    }
+
+    fn new_shown(&self) -> Shown {
+        Shown {
             writer: ResultWriter::new(self.style.format, super::ClosedPipeExit(std::io::stdout())),
             rows: 0,
             cut: false,
-        });
-        f(shown)
-    }
-}
-
-/// An error of the printer, as the library's error.
-fn output_error(e: anyhow::Error) -> crate::Error {
-    match e.downcast::<std::io::Error>() {
-        Ok(io) => crate::Error::Io(io),
-        Err(e) => crate::Error::Refused(super::error_chain(&e)),
+        }
     }
 }
 
@@ -102,16 +98,16 @@ impl Reporter for Printer {
         self.shown(|shown| {
             let take = max.map_or(batch.num_rows(), |max| batch.num_rows().min(max - shown.rows));
             shown.rows += take;
-            shown.writer.write(&batch.slice(0, take)).map_err(output_error)?;
+            shown.writer.write(&batch.slice(0, take))?;
             shown.cut = max.is_some_and(|max| shown.rows >= max);
             Ok(if shown.cut { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })
     }
 
     fn query_finished(&self, schema: &SchemaRef) -> crate::Result<()> {
-        self.shown(|_| ());
-        let Some(shown) = self.result.lock().unwrap_or_else(|e| e.into_inner()).take() else { return Ok(()) };
-        shown.writer.finish(schema).map_err(output_error)?;
+        // A result with no rows had no batch to make its writer: made here, to print the column names.
+        let shown = self.result.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| self.new_shown());
+        shown.writer.finish(schema)?;
         if shown.cut {
             // On stderr under the machine-read formats, which keep stdout for results.
             note!(

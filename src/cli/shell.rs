@@ -17,7 +17,7 @@ use super::job_input::JobStatement;
 use super::run::{CommandSettings, Printer};
 use crate::campaign::interrupt;
 use crate::ops::run::{job_session, run_labelled};
-use crate::script::{ends_statement, split_statements};
+use crate::ops::script::{ends_statement, split_statements};
 use crate::session::EmbedSession;
 
 const PROMPT: &str = "pipeline> ";

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::Exit;
+use crate::ops::cost::duration;
 use crate::ops::trial::{TrialArgs, TrialReport, run_trial};
 
 /// Run the trial and print (or with `json` print as JSON) what it found; it is saved to `args.save`.
@@ -19,16 +20,6 @@ pub async fn trial_file(args: &TrialArgs, json: bool) -> anyhow::Result<()> {
         return Err(Exit::with(Exit::DIFFER, anyhow::anyhow!(why)));
     }
     Ok(())
-}
-
-/// Seconds as hours and minutes.
-pub fn duration(seconds: f64) -> String {
-    let minutes = (seconds / 60.0).round() as u64;
-    match minutes {
-        0 => format!("{seconds:.0} s"),
-        m if m < 60 => format!("{m} min"),
-        m => format!("{} h {:02} min", m / 60, m % 60),
-    }
 }
 
 fn print_report(r: &TrialReport, save: &Path) {
@@ -104,16 +95,4 @@ fn print_report(r: &TrialReport, save: &Path) {
         );
     }
     println!("saved {} (vectors: {})", save.display(), r.vectors);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_hours_and_minutes() {
-        assert_eq!(duration(12.0), "12 s");
-        assert_eq!(duration(1_520.0), "25 min");
-        assert_eq!(duration(3.0 * 86_400.0 + 600.0), "72 h 10 min");
-    }
 }

@@ -24,8 +24,8 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 
 use super::write::{ClusterWriteNode, FragmentWriteExec, TaskPlace, WriteSpec};
 use crate::campaign::Fingerprint;
+use crate::campaign::metrics::RunMetrics;
 use crate::lance::resume::{ExistingIds, ExistingIdsExec};
-use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
 use crate::udf::EmbedUdf;
 use crate::udf::embed::HostOptions;

@@ -41,12 +41,12 @@ use lance::table::format::pb;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::campaign::metrics::{RunMetrics, WriteReport};
 use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord};
 use crate::lance::lance_err;
 use crate::lance::lock::{Holder, WriteLock};
 use crate::lance::resume::{WriteTarget, open_existing, without_done_ids};
 use crate::lance::sink::{ExistingOutput, check_existing, check_output_location, fingerprint_of_columns};
-use crate::metrics::{RunMetrics, WriteReport};
 use crate::options::EmbedOptions;
 
 /// What a distributed write writes: the dataset, how, and the fingerprint its schema carries.
@@ -309,7 +309,7 @@ async fn write_partition(
     let (rows, stats) = counted.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let device = if stats.docs + stats.nulls > 0 { place.process.device() } else { None };
     let mut record = RunRecord::new(&stats, rows, started.elapsed().as_secs_f64(), write_seconds, device);
-    record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
+    record.peak_memory_bytes = crate::campaign::memory::peak().unwrap_or(0);
     let record = serde_json::to_string(&record).map_err(|e| exec_datafusion_err!("task record: {e}"))?;
     Ok(RecordBatch::try_new(
         task_schema(),

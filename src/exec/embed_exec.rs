@@ -27,7 +27,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::{StreamExt, TryStreamExt};
 
 use crate::campaign::interrupt;
-use crate::metrics::RunMetrics;
+use crate::campaign::metrics::RunMetrics;
 use crate::udf::embed::counting_calls;
 
 /// The write path's `embed()` node; see the module docs.

@@ -36,7 +36,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
-use crate::metrics::{RunMetrics, batch_bytes, compact_views};
+use crate::campaign::metrics::{RunMetrics, batch_bytes, compact_views};
 use crate::model::CallSettings;
 use crate::model::batching::plan_batches;
 use crate::options::EmbedOptions;

@@ -27,8 +27,8 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use super::length_order::length_order;
 use super::work_list::WorkListExec;
 use super::{EmbedExec, LengthOrderExec};
+use crate::campaign::metrics::RunMetrics;
 use crate::lance::LanceSink;
-use crate::metrics::RunMetrics;
 use crate::model::ORIGINAL_BATCH_ROWS;
 use crate::options::EmbedOptions;
 

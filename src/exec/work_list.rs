@@ -26,9 +26,9 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use futures::StreamExt;
 
 use super::length_order::{TOKEN_COUNT, longest_first};
+use crate::campaign::metrics::RunMetrics;
 use crate::campaign::plan::{PlanInUse, UNIT_COLUMN, WORK_LIST_FILE};
 use crate::lance::resume::id_arrays;
-use crate::metrics::RunMetrics;
 
 /// Rows read from the work list at a time.
 const READ_ROWS: usize = 8192;

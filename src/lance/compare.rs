@@ -118,41 +118,8 @@ pub async fn compare(
     let (matched, _) = ids_of(format!("SELECT DISTINCT a.{id} FROM a JOIN b ON a.{id} = b.{id}")).await?;
 
     let sql = format!("SELECT a.{v} AS va, b.{v} AS vb FROM a JOIN b ON a.{id} = b.{id}");
-    let mut stream = ctx.sql(&sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
-    let (mut null_mismatches, mut n, mut sum) = (0u64, 0u64, 0f64);
-    let (mut min_cos, mut max_abs) = (f64::INFINITY, 0f64);
-    while let Some(batch) = stream.next().await {
-        let batch = batch.map_err(err)?;
-        let (va, vb) = (batch.column(0).as_fixed_size_list(), batch.column(1).as_fixed_size_list());
-        for i in 0..batch.num_rows() {
-            match (va.is_valid(i), vb.is_valid(i)) {
-                (true, true) => {}
-                (false, false) => continue,
-                _ => {
-                    null_mismatches += 1;
-                    continue;
-                }
-            }
-            // float16 vectors (embed.precision) are compared as the float32 values they stand for.
-            let as_f32 =
-                |a: datafusion::arrow::array::ArrayRef| cast(&a, &DataType::Float32).map_err(|e| err(e.into()));
-            let (x, y) = (as_f32(va.value(i))?, as_f32(vb.value(i))?);
-            let (x, y) = (x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values());
-            if x.len() != y.len() {
-                return Err(Error::Lance {
-                    uri: format!("{a} vs {b}"),
-                    message: format!("vectors of {} and {} dimensions", x.len(), y.len()),
-                });
-            }
-            let (c, d) = cosine_and_max_diff(x, y);
-            min_cos = min_cos.min(c);
-            max_abs = max_abs.max(d);
-            sum += c;
-            n += 1;
-        }
-    }
-    let (min_cosine, mean_cosine, max_abs_diff) =
-        if n > 0 { (Some(min_cos), Some(sum / n as f64), Some(max_abs)) } else { (None, None, None) };
+    let pairs = ctx.sql(&sql).await.map_err(err)?.execute_stream().await.map_err(err)?;
+    let (null_mismatches, min_cosine, mean_cosine, max_abs_diff) = compare_pairs(pairs, &format!("{a} vs {b}")).await?;
     let fingerprint_differences = fingerprint_differences(fingerprints[0].as_ref(), fingerprints[1].as_ref());
     let mut report = CompareReport {
         a: a.to_string(),
@@ -180,6 +147,52 @@ pub async fn compare(
     report.failures = report.failed_checks();
     report.passed = report.failures.is_empty();
     Ok(report)
+}
+
+/// The rows of `pairs` (a vector of each side per row), compared: rows with a vector on one side only, and
+/// the smallest and mean cosine and largest absolute difference over the rows with both.
+async fn compare_pairs(
+    mut pairs: datafusion::execution::SendableRecordBatchStream,
+    label: &str,
+) -> Result<(u64, Option<f64>, Option<f64>, Option<f64>)> {
+    let err = |e: datafusion::error::DataFusionError| Error::Lance { uri: label.to_string(), message: e.to_string() };
+    let (mut null_mismatches, mut n, mut sum) = (0u64, 0u64, 0f64);
+    let (mut min_cos, mut max_abs) = (f64::INFINITY, 0f64);
+    while let Some(batch) = pairs.next().await {
+        let batch = batch.map_err(err)?;
+        let (va, vb) = (batch.column(0).as_fixed_size_list(), batch.column(1).as_fixed_size_list());
+        for i in 0..batch.num_rows() {
+            match (va.is_valid(i), vb.is_valid(i)) {
+                (true, true) => {}
+                (false, false) => continue,
+                _ => {
+                    null_mismatches += 1;
+                    continue;
+                }
+            }
+            // float16 vectors (embed.precision) are compared as the float32 values they stand for.
+            let as_f32 =
+                |a: datafusion::arrow::array::ArrayRef| cast(&a, &DataType::Float32).map_err(|e| err(e.into()));
+            let (x, y) = (as_f32(va.value(i))?, as_f32(vb.value(i))?);
+            let (x, y) = (x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values());
+            if x.len() != y.len() {
+                return Err(Error::Lance {
+                    uri: label.to_string(),
+                    message: format!("vectors of {} and {} dimensions", x.len(), y.len()),
+                });
+            }
+            let (c, d) = cosine_and_max_diff(x, y);
+            min_cos = min_cos.min(c);
+            max_abs = max_abs.max(d);
+            sum += c;
+            n += 1;
+        }
+    }
+    Ok(if n > 0 {
+        (null_mismatches, Some(min_cos), Some(sum / n as f64), Some(max_abs))
+    } else {
+        (null_mismatches, None, None, None)
+    })
 }
 
 /// How many rows the query's single column gives, with the first few as examples (strings).

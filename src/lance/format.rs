@@ -21,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::sink::fingerprint_of_columns;
 use super::{LanceSink, dataset_uri};
-use crate::metrics::RunMetrics;
+use crate::campaign::metrics::RunMetrics;
 
 const READ_HINT: &str = "read a Lance dataset with CREATE EXTERNAL TABLE t STORED AS LANCE LOCATION '…'";
 

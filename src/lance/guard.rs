@@ -27,8 +27,8 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 
 use super::resume::{ExistingIds, executed, write_target};
 use crate::campaign::ids::{IdCheck, check_ids};
+use crate::campaign::metrics::RunMetrics;
 use crate::error::Error;
-use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
 
 /// DataFusion's physical planner, after the checks in the module docs.

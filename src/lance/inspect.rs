@@ -256,46 +256,53 @@ impl DatasetReport {
         }
         out += "versions\n";
         for v in &self.versions {
-            let tags = if v.tags.is_empty() { String::new() } else { format!(" [{}]", v.tags.join(", ")) };
-            out += &format!("  {} {}{tags}", v.version, v.timestamp);
-            match &v.run {
-                Some(r) => {
-                    out += &format!(
-                        ": {} rows, {} documents, {} NULL, {} useful / {} processed tokens (efficiency {:.3}), {} truncated ({} tokens dropped), {:.1} s, {:.0} useful tokens/s",
-                        r.rows_written,
-                        r.documents,
-                        r.null_texts,
-                        r.useful_tokens,
-                        r.processed_tokens,
-                        r.padding_efficiency,
-                        r.truncated_documents,
-                        r.dropped_tokens,
-                        r.wall_seconds,
-                        r.useful_tokens_per_second
-                    );
-                    if let Some(d) = &r.device {
-                        out += &format!(", {d}");
-                    }
-                    if let Some(p) = &r.plan {
-                        let completed = match p.units_done - p.units_done_before {
-                            0 => "no unit completed".to_string(),
-                            1 => format!("unit {} completed", p.units_done_before),
-                            _ => format!("units {}-{} completed", p.units_done_before, p.units_done - 1),
-                        };
-                        let digest = p.digest.get(..12).unwrap_or(&p.digest);
-                        out += &format!(
-                            ", from plan {} (plan.json sha256 {digest}…): {completed}, {} of {} done",
-                            p.path, p.units_done, p.units
-                        );
-                    }
-                    out += "\n";
-                }
-                None => match &v.maintenance {
-                    Some(m) => out += &format!(": {}\n", m.summary()),
-                    None => out += ": no run record\n",
-                },
-            }
+            out += &version_text(v);
         }
         out
     }
+}
+
+/// One version's line of the text: its time and tags, and what made it.
+fn version_text(v: &VersionReport) -> String {
+    let mut out = String::new();
+    let tags = if v.tags.is_empty() { String::new() } else { format!(" [{}]", v.tags.join(", ")) };
+    out += &format!("  {} {}{tags}", v.version, v.timestamp);
+    match &v.run {
+        Some(r) => {
+            out += &format!(
+                ": {} rows, {} documents, {} NULL, {} useful / {} processed tokens (efficiency {:.3}), {} truncated ({} tokens dropped), {:.1} s, {:.0} useful tokens/s",
+                r.rows_written,
+                r.documents,
+                r.null_texts,
+                r.useful_tokens,
+                r.processed_tokens,
+                r.padding_efficiency,
+                r.truncated_documents,
+                r.dropped_tokens,
+                r.wall_seconds,
+                r.useful_tokens_per_second
+            );
+            if let Some(d) = &r.device {
+                out += &format!(", {d}");
+            }
+            if let Some(p) = &r.plan {
+                let completed = match p.units_done - p.units_done_before {
+                    0 => "no unit completed".to_string(),
+                    1 => format!("unit {} completed", p.units_done_before),
+                    _ => format!("units {}-{} completed", p.units_done_before, p.units_done - 1),
+                };
+                let digest = p.digest.get(..12).unwrap_or(&p.digest);
+                out += &format!(
+                    ", from plan {} (plan.json sha256 {digest}…): {completed}, {} of {} done",
+                    p.path, p.units_done, p.units
+                );
+            }
+            out += "\n";
+        }
+        None => match &v.maintenance {
+            Some(m) => out += &format!(": {}\n", m.summary()),
+            None => out += ": no run record\n",
+        },
+    }
+    out
 }

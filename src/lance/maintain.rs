@@ -86,33 +86,7 @@ pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u6
             ),
         ));
     }
-    let ivf = match request.partitions {
-        Some(n) => IvfBuildParams::new(n),
-        None => IvfBuildParams::default(),
-    };
-    let (index_type, params, sub_vectors) = match request.kind {
-        IndexKind::IvfPq => {
-            // LanceDB's choice: 16 dimensions a sub-vector, else 8; always a divisor of the dimension.
-            let nsv = if dim % 16 == 0 {
-                dim / 16
-            } else if dim % 8 == 0 {
-                dim / 8
-            } else {
-                1
-            };
-            let params = VectorIndexParams::with_ivf_pq_params(metric_type, ivf, PQBuildParams::new(nsv, 8));
-            (IndexType::IvfPq, params, Some(nsv))
-        }
-        IndexKind::IvfHnswSq => {
-            let params = VectorIndexParams::with_ivf_hnsw_sq_params(
-                metric_type,
-                ivf,
-                HnswBuildParams::default(),
-                SQBuildParams::default(),
-            );
-            (IndexType::IvfHnswSq, params, None)
-        }
-    };
+    let (index_type, params, sub_vectors) = index_params(request, metric_type, dim);
     let name = format!("{}_idx", request.column);
     let replaced = ds.load_index_by_name(&name).await.map_err(lance_err(&uri))?.is_some();
     let record = MaintenanceRecord {
@@ -143,6 +117,41 @@ pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u6
     let mut record = record;
     record.seconds = Some(started.elapsed().as_secs_f64());
     Ok((ds.version().version, record))
+}
+
+/// The index's type and build parameters for vectors of `dim` values, and its PQ sub-vectors (none for HNSW).
+fn index_params(
+    request: &IndexRequest,
+    metric_type: lance_linalg::distance::MetricType,
+    dim: usize,
+) -> (IndexType, VectorIndexParams, Option<usize>) {
+    let ivf = match request.partitions {
+        Some(n) => IvfBuildParams::new(n),
+        None => IvfBuildParams::default(),
+    };
+    match request.kind {
+        IndexKind::IvfPq => {
+            // LanceDB's choice: 16 dimensions a sub-vector, else 8; always a divisor of the dimension.
+            let nsv = if dim.is_multiple_of(16) {
+                dim / 16
+            } else if dim.is_multiple_of(8) {
+                dim / 8
+            } else {
+                1
+            };
+            let params = VectorIndexParams::with_ivf_pq_params(metric_type, ivf, PQBuildParams::new(nsv, 8));
+            (IndexType::IvfPq, params, Some(nsv))
+        }
+        IndexKind::IvfHnswSq => {
+            let params = VectorIndexParams::with_ivf_hnsw_sq_params(
+                metric_type,
+                ivf,
+                HnswBuildParams::default(),
+                SQBuildParams::default(),
+            );
+            (IndexType::IvfHnswSq, params, None)
+        }
+    }
 }
 
 /// What `pipeline optimize` did.

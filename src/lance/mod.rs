@@ -83,6 +83,16 @@ pub fn dataset_uri(location: &str) -> String {
     std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or_else(|_| path.to_string())
 }
 
+/// A scan of `columns` of the dataset with bounded reads (a pass over every vector: verify's, evaluate's):
+/// Lance's defaults buffer up to 2 GiB of I/O ahead, more than such a pass needs to keep busy.
+pub(crate) fn bounded_scan(ds: &lance::Dataset, columns: &[&str]) -> crate::Result<lance::dataset::scanner::Scanner> {
+    const BUFFER_BYTES: u64 = 64 * 1024 * 1024;
+    let mut scanner = ds.scan();
+    scanner.project(columns).map_err(lance_err(ds.uri()))?;
+    scanner.batch_size(4096).io_buffer_size(BUFFER_BYTES).batch_readahead(2).fragment_readahead(1);
+    Ok(scanner)
+}
+
 /// A Lance error on the dataset at `uri`, in this crate's terms.
 pub(crate) fn lance_err(uri: &str) -> impl Fn(lance::Error) -> crate::Error + '_ {
     move |e| crate::Error::Lance { uri: uri.to_string(), message: lance_message(&e) }
@@ -109,11 +119,11 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
     };
     let uri = dataset_uri(path);
     let refuse = |message: String| crate::Error::Lance { uri: location.to_string(), message };
-    if !crate::stores::is_supported(&uri) {
+    if !crate::session::stores::is_supported(&uri) {
         let scheme = uri.split_once("://").map(|(s, _)| s).unwrap_or_default();
         return Err(refuse(format!("{scheme}:// locations are not supported; this build reads local paths and s3://")));
     }
-    if crate::stores::is_local(&uri) && std::path::Path::new(&uri).is_file() {
+    if crate::session::stores::is_local(&uri) && std::path::Path::new(&uri).is_file() {
         return Err(refuse("is a file; a Lance dataset is a directory (one holding _versions)".into()));
     }
     let mut builder = DatasetBuilder::from_uri(&uri);

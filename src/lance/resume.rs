@@ -78,10 +78,10 @@ fn is_lance_type(copy: &datafusion::logical_expr::dml::CopyTo) -> bool {
 /// Whether a Lance dataset exists at `uri`: a local path with `_versions`, or an object store URI that
 /// Lance opens (any failure but "not found" counts as there, so that opening it reports the failure).
 pub async fn dataset_exists(uri: &str) -> bool {
-    if crate::stores::is_local(uri) {
+    if crate::session::stores::is_local(uri) {
         return Path::new(uri).join("_versions").is_dir();
     }
-    if !crate::stores::is_supported(uri) {
+    if !crate::session::stores::is_supported(uri) {
         return false; // the sink refuses it, by its scheme
     }
     !matches!(Dataset::open(uri).await, Err(lance::Error::DatasetNotFound { .. }))
@@ -96,13 +96,13 @@ pub async fn open_existing(uri: &str) -> crate::Result<Option<Dataset>> {
             message: format!("cannot open: {}", super::lance_message(&e)),
         })
     };
-    if crate::stores::is_local(uri) {
+    if crate::session::stores::is_local(uri) {
         if !Path::new(uri).join("_versions").is_dir() {
             return Ok(None);
         }
         return opened(Dataset::open(uri).await);
     }
-    if !crate::stores::is_supported(uri) {
+    if !crate::session::stores::is_supported(uri) {
         return Ok(None);
     }
     match Dataset::open(uri).await {

@@ -31,9 +31,9 @@ use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 
 use super::lock::{Holder, WriteLock};
 use super::records::fingerprint_of_dataset;
+use crate::campaign::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
 use crate::error::Error;
-use crate::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::options::EmbedOptions;
 
 /// Writes a query's output into a Lance dataset, creating it or appending a new version.
@@ -64,6 +64,49 @@ impl LanceSink {
         check_output_location(&uri)?;
         let lock = WriteLock::acquire(&uri, Holder::Run)?;
         Ok(Self { uri, schema, fingerprint, metrics, _lock: lock })
+    }
+
+    /// The output as it stands (none before its first write), checked against this write; an output named
+    /// by a link to a folder not made yet has the folder made.
+    async fn open_output(&self, options: &EmbedOptions) -> Result<(Option<Dataset>, ExistingOutput)> {
+        let existing = match Dataset::open(&self.uri).await {
+            Ok(ds) => Some(ds),
+            Err(lance::Error::DatasetNotFound { .. }) => None,
+            Err(e) => return Err(self.lance_err(e)),
+        };
+        // An output named by a link to a folder not made yet (a bigger disk, say): Lance would try to make the
+        // link's own path, and fail with "File exists". The folder it points to is made instead.
+        if existing.is_none()
+            && crate::session::stores::is_local(&self.uri)
+            && let Some(target) = dangling_link(std::path::Path::new(&self.uri))
+        {
+            std::fs::create_dir(&target)
+                .map_err(|e| self.lance_err(format!("cannot make {}, where it links to: {e}", target.display())))?;
+        }
+        let found = match &existing {
+            Some(ds) => check_existing(&self.uri, ds, self.fingerprint.as_ref(), options).await?,
+            None => ExistingOutput::default(),
+        };
+        Ok((existing, found))
+    }
+
+    /// The schema the dataset is written with: the input's, the campaign's fingerprint in its metadata.
+    fn schema_of(&self, data: &SendableRecordBatchStream) -> SchemaRef {
+        let mut schema = data.schema().as_ref().clone();
+        if let Some(fp) = &self.fingerprint {
+            schema.metadata.insert(FINGERPRINT_KEY.to_string(), fp.to_json());
+        }
+        Arc::new(schema)
+    }
+
+    /// Mark `version` with `embed.tag` (none when the tag is empty).
+    async fn tag(&self, tag: &str, version: u64) -> Result<()> {
+        if tag.is_empty() {
+            return Ok(());
+        }
+        let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
+        ds.tags().create(tag, version).await.map_err(|e| self.lance_err(e))?;
+        Ok(())
     }
 
     fn lance_err(&self, e: impl fmt::Display) -> datafusion::error::DataFusionError {
@@ -179,32 +222,11 @@ impl DataSink for LanceSink {
 
     async fn write_all(&self, data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> Result<u64> {
         let options = EmbedOptions::from_config(context.session_config().options());
-        let existing = match Dataset::open(&self.uri).await {
-            Ok(ds) => Some(ds),
-            Err(lance::Error::DatasetNotFound { .. }) => None,
-            Err(e) => return Err(self.lance_err(e)),
-        };
-        // An output named by a link to a folder not made yet (a bigger disk, say): Lance would try to make the
-        // link's own path, and fail with "File exists". The folder it points to is made instead.
-        if existing.is_none()
-            && crate::stores::is_local(&self.uri)
-            && let Some(target) = dangling_link(std::path::Path::new(&self.uri))
-        {
-            std::fs::create_dir(&target)
-                .map_err(|e| self.lance_err(format!("cannot make {}, where it links to: {e}", target.display())))?;
-        }
-        let ExistingOutput { previous_device, tag_is_current } = match &existing {
-            Some(ds) => check_existing(&self.uri, ds, self.fingerprint.as_ref(), &options).await?,
-            None => ExistingOutput::default(),
-        };
+        let (existing, ExistingOutput { previous_device, tag_is_current }) = self.open_output(&options).await?;
 
-        let mut schema = data.schema().as_ref().clone();
-        if let Some(fp) = &self.fingerprint {
-            schema.metadata.insert(FINGERPRINT_KEY.to_string(), fp.to_json());
-        }
         let mut writer = Committer {
             sink: self,
-            schema: Arc::new(schema),
+            schema: self.schema_of(&data),
             // --restart: the first commit replaces the rows (older versions stay readable).
             mode: if options.restart { WriteMode::Overwrite } else { WriteMode::Append },
             previous_device,
@@ -266,14 +288,9 @@ impl DataSink for LanceSink {
                     }
                     .into());
                 }
-                if !options.tag.is_empty()
-                    && let Some(v) = writer.version
-                {
-                    let ds = Dataset::open(&self.uri).await.map_err(|e| self.lance_err(e))?;
-                    // A finished, tagged job run again wrote nothing, and its tag already marks the version.
-                    if tag_is_current.is_none() {
-                        ds.tags().create(&options.tag, v).await.map_err(|e| self.lance_err(e))?;
-                    }
+                // A finished, tagged job run again wrote nothing, and its tag already marks the version.
+                if let (Some(v), None) = (writer.version, tag_is_current) {
+                    self.tag(&options.tag, v).await?;
                 }
                 return Ok(writer.rows);
             }
@@ -346,7 +363,7 @@ impl Committer<'_> {
         record.note_origin(self.sink.fingerprint.as_ref(), self.previous_device.take());
         record.write_seconds = started.elapsed().as_secs_f64();
         record.last_commit = last;
-        record.peak_memory_bytes = crate::memory::peak().unwrap_or(0);
+        record.peak_memory_bytes = crate::campaign::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
@@ -389,7 +406,7 @@ fn dangling_link(path: &std::path::Path) -> Option<std::path::PathBuf> {
 pub(crate) fn check_output_location(uri: &str) -> Result<()> {
     let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
     if let Some((scheme, _)) = uri.split_once("://") {
-        if crate::stores::is_supported(uri) {
+        if crate::session::stores::is_supported(uri) {
             return Ok(());
         }
         // Checked before anything touches the disk: a gs:// path must not become a local ./gs: directory.

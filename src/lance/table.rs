@@ -18,8 +18,8 @@ use lance::dataset::builder::DatasetBuilder;
 
 use super::{LanceSink, dataset_uri};
 use crate::campaign::Fingerprint;
+use crate::campaign::metrics::RunMetrics;
 use crate::error::Error;
-use crate::metrics::RunMetrics;
 use crate::options::EmbedOptions;
 use datafusion::arrow::datatypes::DataType;
 

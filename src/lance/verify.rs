@@ -15,9 +15,6 @@ use super::lance_err;
 use super::records::version_records;
 use crate::error::{Error, Result};
 
-/// The I/O buffer of the pass over the vectors.
-const SCAN_BUFFER_BYTES: u64 = 64 * 1024 * 1024;
-
 /// Example ids kept for each kind of fault.
 pub const EXAMPLES: usize = 10;
 
@@ -103,10 +100,7 @@ pub async fn scan_vectors(
     let mut out =
         VectorFindings { column: vector_column.to_string(), dim, normalized, norm_tolerance, ..Default::default() };
     let mut stored = HashMap::new();
-    let mut scanner = ds.scan();
-    scanner.project(&[id_column, vector_column]).map_err(lance_err(uri))?;
-    // Bounded reads: Lance's defaults buffer up to 2 GiB of I/O ahead, more than the pass needs to keep busy.
-    scanner.batch_size(4096).io_buffer_size(SCAN_BUFFER_BYTES).batch_readahead(2).fragment_readahead(1);
+    let scanner = super::bounded_scan(ds, &[id_column, vector_column])?;
     let mut stream = scanner.try_into_stream().await.map_err(lance_err(uri))?;
     let arrow = |e: datafusion::arrow::error::ArrowError| fail(e.to_string());
     let keep = |examples: &mut Vec<String>, id: &str| {

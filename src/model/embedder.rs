@@ -181,141 +181,19 @@ impl Embedder {
     pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
         let dense = spec.dense.iter().map(|d| Dense::load(d, &spec.dir)).collect::<Result<Vec<_>>>()?;
-        if let (Some(rows), Some(max_id)) = (spec.vocab_size, tokenizer.max_id())
-            && max_id as usize >= rows
-        {
-            // Found here, not as an ONNX Runtime Gather error on the first text with such a token.
-            return Err(Error::model(
-                &spec.dir,
-                "tokenizer.json",
-                format!(
-                    "gives token ids up to {max_id}, but the model's embedding table has {rows} rows (vocab_size in \
-                     config.json): this tokenizer belongs to another model; put the model's own tokenizer.json beside it"
-                ),
-            ));
-        }
+        check_vocabulary(&spec, &tokenizer)?;
         // Loads the ONNX Runtime library (with a clear error when it is missing) before anything asks
         // ort about it.
         runtime::environment()?;
         let library = runtime::loaded_library().unwrap_or(Path::new("")).to_path_buf();
         let device = &placement.device;
         let device_err = |message: String| Error::Device { device: device.name(), message };
-        let per_device = placement.sessions_per_device.max(1);
         let graph = Graph::for_device(&spec, device)?;
         let pooled_in_graph = matches!(graph, Graph::Pooled(_));
-        let mut workers = Vec::new();
-        let mut info = match device {
-            Device::Cpu => {
-                for _ in 0..per_device {
-                    workers.push(Worker::new(
-                        "cpu".into(),
-                        build_session(&spec, &graph, placement, None, None)?,
-                        None,
-                    )?);
-                }
-                DeviceInfo::cpu(&library, placement.intra_threads.max(1))
-            }
-            Device::Cuda(ids) => {
-                if !ort::ep::CUDA::is_available().unwrap_or(false) {
-                    return Err(device_err(format!(
-                        "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Run \
-                         `scripts/setup --gpu` to install the GPU build of ONNX Runtime 1.31.1 (onnxruntime-gpu==1.31.1, \
-                         built for CUDA 13 and cuDNN 9) with its CUDA libraries, or point --ort-lib at one",
-                        library.display()
-                    )));
-                }
-                let system = gpu::probe().map_err(device_err)?;
-                let gpus = system.select(ids).map_err(device_err)?;
-                if let Some(dir) = runtime::installed_cuda_libraries() {
-                    ort::ep::cuda::preload_dylibs(Some(&dir), Some(&dir)).map_err(|e| {
-                        device_err(format!(
-                            "cannot load the CUDA libraries that scripts/setup --gpu installed in {}: {e}",
-                            dir.display()
-                        ))
-                    })?;
-                }
-                for &id in ids {
-                    for _ in 0..per_device {
-                        workers.push(Worker::new(
-                            format!("cuda:{id}"),
-                            build_session(&spec, &graph, placement, Some(id), None)?,
-                            Some(id),
-                        )?);
-                    }
-                }
-                let mut info = DeviceInfo::cuda(&library, gpus, &system);
-                if let Some(cuda) = info.cuda.as_mut() {
-                    cuda.input_memory = input_memory(&workers);
-                }
-                info
-            }
-        };
+        let (workers, mut info) = start_workers(&spec, &graph, placement, &library)?;
 
-        let bad = |m: String| spec.onnx_error(m);
         let bound = workers[0].bound.lock().unwrap_or_else(|e| e.into_inner());
-        let session = &bound.session;
-        let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
-        for required in ["input_ids", "attention_mask"] {
-            if !inputs.contains(&required) {
-                return Err(bad(format!("has no `{required}` input (inputs: {})", inputs.join(", "))));
-            }
-        }
-        if let Some(other) = inputs.iter().find(|n| !FED.contains(n)) {
-            return Err(bad(format!("has an input `{other}` we cannot feed; expected {}", FED.join(", "))));
-        }
-        let with_token_types = inputs.contains(&"token_type_ids");
-        let with_positions = inputs.contains(&"position_ids");
-
-        let outputs: Vec<(&str, Option<i64>, Option<TensorElementType>)> = session
-            .outputs()
-            .iter()
-            .map(|o| (o.name(), o.dtype().tensor_shape().and_then(|s| s.last().copied()), o.dtype().tensor_type()))
-            .collect();
-        let pick = |name: &str| outputs.iter().find(|(n, _, _)| *n == name).map(|(n, d, _)| (*n, *d));
-        let (output, last_dim) = match (pick("last_hidden_state"), pick("sentence_embedding")) {
-            (Some((n, d)), _) => (Output::TokenStates(n.to_string()), d),
-            (None, Some((n, d))) => (Output::Sentence(n.to_string()), d),
-            (None, None) => {
-                let names: Vec<&str> = outputs.iter().map(|(n, _, _)| *n).collect();
-                return Err(bad(format!(
-                    "has neither a `last_hidden_state` nor a `sentence_embedding` output (outputs: {})",
-                    names.join(", ")
-                )));
-            }
-        };
-        if let (Output::Sentence(_), Some(dense)) = (&output, spec.dense.first()) {
-            return Err(bad(format!(
-                "pools by itself (a `sentence_embedding` output), and modules.json has a Dense module ({}) after \
-                 the pooling: whether the graph applies it cannot be told; export the transformer alone \
-                 (scripts/export-onnx), whose token states the pipeline pools and projects",
-                dense.folder
-            )));
-        }
-        let graph_dim = match output {
-            Output::TokenStates(_) => spec.token_dim,
-            Output::Sentence(_) => spec.pooling.out_dim(spec.token_dim),
-        };
-        if let Some(d) = last_dim.filter(|d| *d > 0)
-            && d as usize != graph_dim
-        {
-            return Err(bad(format!(
-                "produces {d}-dimensional vectors but 1_Pooling/config.json says word_embedding_dimension {}",
-                spec.token_dim
-            )));
-        }
-        let name = match &output {
-            Output::TokenStates(n) | Output::Sentence(n) => n.clone(),
-        };
-        let output_f16 = match outputs.iter().find(|(n, _, _)| *n == name).and_then(|(_, _, t)| *t) {
-            Some(TensorElementType::Float32) | None => false,
-            Some(TensorElementType::Float16) => true,
-            Some(other) => {
-                return Err(bad(format!(
-                    "output `{name}` is {other:?}; float32 or float16 is needed: export the checkpoint with \
-                     scripts/export-onnx (float32, or --dtype float16), which loads bfloat16 weights in float32"
-                )));
-            }
-        };
+        let Io { with_token_types, with_positions, output, output_f16 } = Io::of(&spec, &bound.session)?;
         drop(bound);
         // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
         if let Device::Cuda(_) = device {
@@ -567,6 +445,159 @@ impl Embedder {
     }
 }
 
+/// The tokenizer refused when it gives token ids past the model's embedding table: found here, not as an ONNX
+/// Runtime Gather error on the first text with such a token.
+fn check_vocabulary(spec: &ModelSpec, tokenizer: &TextTokenizer) -> Result<()> {
+    if let (Some(rows), Some(max_id)) = (spec.vocab_size, tokenizer.max_id())
+        && max_id as usize >= rows
+    {
+        return Err(Error::model(
+            &spec.dir,
+            "tokenizer.json",
+            format!(
+                "gives token ids up to {max_id}, but the model's embedding table has {rows} rows (vocab_size in \
+                 config.json): this tokenizer belongs to another model; put the model's own tokenizer.json beside it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The model's sessions on the placement's device (`sessions_per_device` on each), and what the device is.
+fn start_workers(
+    spec: &ModelSpec,
+    graph: &Graph,
+    placement: &Placement,
+    library: &Path,
+) -> Result<(Vec<Worker>, DeviceInfo)> {
+    let device = &placement.device;
+    let device_err = |message: String| Error::Device { device: device.name(), message };
+    let per_device = placement.sessions_per_device.max(1);
+    let mut workers = Vec::new();
+    let info = match device {
+        Device::Cpu => {
+            for _ in 0..per_device {
+                workers.push(Worker::new("cpu".into(), build_session(spec, graph, placement, None, None)?, None)?);
+            }
+            DeviceInfo::cpu(library, placement.intra_threads.max(1))
+        }
+        Device::Cuda(ids) => {
+            if !ort::ep::CUDA::is_available().unwrap_or(false) {
+                return Err(device_err(format!(
+                    "the ONNX Runtime library {} has no CUDA execution provider (it is a CPU build). Run \
+                     `scripts/setup --gpu` to install the GPU build of ONNX Runtime 1.31.1 (onnxruntime-gpu==1.31.1, \
+                     built for CUDA 13 and cuDNN 9) with its CUDA libraries, or point --ort-lib at one",
+                    library.display()
+                )));
+            }
+            let system = gpu::probe().map_err(device_err)?;
+            let gpus = system.select(ids).map_err(device_err)?;
+            if let Some(dir) = runtime::installed_cuda_libraries() {
+                ort::ep::cuda::preload_dylibs(Some(&dir), Some(&dir)).map_err(|e| {
+                    device_err(format!(
+                        "cannot load the CUDA libraries that scripts/setup --gpu installed in {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+            }
+            for &id in ids {
+                for _ in 0..per_device {
+                    workers.push(Worker::new(
+                        format!("cuda:{id}"),
+                        build_session(spec, graph, placement, Some(id), None)?,
+                        Some(id),
+                    )?);
+                }
+            }
+            let mut info = DeviceInfo::cuda(library, gpus, &system);
+            if let Some(cuda) = info.cuda.as_mut() {
+                cuda.input_memory = input_memory(&workers);
+            }
+            info
+        }
+    };
+    Ok((workers, info))
+}
+
+/// The graph's inputs and output as the embedder feeds and reads them.
+struct Io {
+    with_token_types: bool,
+    with_positions: bool,
+    output: Output,
+    output_f16: bool,
+}
+
+impl Io {
+    /// Read from the session: refused when an input cannot be fed, or the output is not one the pipeline
+    /// reads (or holds what the model's configs do not say).
+    fn of(spec: &ModelSpec, session: &Session) -> Result<Self> {
+        let bad = |m: String| spec.onnx_error(m);
+        let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
+        for required in ["input_ids", "attention_mask"] {
+            if !inputs.contains(&required) {
+                return Err(bad(format!("has no `{required}` input (inputs: {})", inputs.join(", "))));
+            }
+        }
+        if let Some(other) = inputs.iter().find(|n| !FED.contains(n)) {
+            return Err(bad(format!("has an input `{other}` we cannot feed; expected {}", FED.join(", "))));
+        }
+        let with_token_types = inputs.contains(&"token_type_ids");
+        let with_positions = inputs.contains(&"position_ids");
+
+        let outputs: Vec<(&str, Option<i64>, Option<TensorElementType>)> = session
+            .outputs()
+            .iter()
+            .map(|o| (o.name(), o.dtype().tensor_shape().and_then(|s| s.last().copied()), o.dtype().tensor_type()))
+            .collect();
+        let pick = |name: &str| outputs.iter().find(|(n, _, _)| *n == name).map(|(n, d, _)| (*n, *d));
+        let (output, last_dim) = match (pick("last_hidden_state"), pick("sentence_embedding")) {
+            (Some((n, d)), _) => (Output::TokenStates(n.to_string()), d),
+            (None, Some((n, d))) => (Output::Sentence(n.to_string()), d),
+            (None, None) => {
+                let names: Vec<&str> = outputs.iter().map(|(n, _, _)| *n).collect();
+                return Err(bad(format!(
+                    "has neither a `last_hidden_state` nor a `sentence_embedding` output (outputs: {})",
+                    names.join(", ")
+                )));
+            }
+        };
+        if let (Output::Sentence(_), Some(dense)) = (&output, spec.dense.first()) {
+            return Err(bad(format!(
+                "pools by itself (a `sentence_embedding` output), and modules.json has a Dense module ({}) after \
+                 the pooling: whether the graph applies it cannot be told; export the transformer alone \
+                 (scripts/export-onnx), whose token states the pipeline pools and projects",
+                dense.folder
+            )));
+        }
+        let graph_dim = match output {
+            Output::TokenStates(_) => spec.token_dim,
+            Output::Sentence(_) => spec.pooling.out_dim(spec.token_dim),
+        };
+        if let Some(d) = last_dim.filter(|d| *d > 0)
+            && d as usize != graph_dim
+        {
+            return Err(bad(format!(
+                "produces {d}-dimensional vectors but 1_Pooling/config.json says word_embedding_dimension {}",
+                spec.token_dim
+            )));
+        }
+        let name = match &output {
+            Output::TokenStates(n) | Output::Sentence(n) => n.clone(),
+        };
+        let output_f16 = match outputs.iter().find(|(n, _, _)| *n == name).and_then(|(_, _, t)| *t) {
+            Some(TensorElementType::Float32) | None => false,
+            Some(TensorElementType::Float16) => true,
+            Some(other) => {
+                return Err(bad(format!(
+                    "output `{name}` is {other:?}; float32 or float16 is needed: export the checkpoint with \
+                     scripts/export-onnx (float32, or --dtype float16), which loads bfloat16 weights in float32"
+                )));
+            }
+        };
+        Ok(Self { with_token_types, with_positions, output, output_f16 })
+    }
+}
+
 impl Worker {
     /// A worker for `session`, fed through pinned memory when it runs on GPU `gpu`.
     fn new(device: String, session: Session, gpu: Option<i32>) -> Result<Self> {
@@ -786,6 +817,41 @@ impl TextEmbedder for Embedder {
                     .to_string(),
             ));
         }
+        let tokens = self.tokens_of(&present, settings, &mut stats)?;
+
+        let busy = AtomicU64::new(0);
+        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
+        let batches = match settings.order {
+            Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
+            Order::Original => plan_fixed_batches(&lengths, ORIGINAL_BATCH_ROWS),
+        };
+        for batch in &batches {
+            stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
+            stats.model_calls += 1;
+        }
+        let pooled = self.run_batches(
+            &tokens,
+            &batches,
+            settings,
+            &|batch| progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum()),
+            stop,
+            &busy,
+        )?;
+        let (vectors, valid) = self.assemble(texts.len(), &present, pooled, settings);
+        stats.model_time = Duration::from_nanos(busy.load(Ordering::Relaxed));
+        Ok(Embedded { vectors, valid, stats })
+    }
+}
+
+impl Embedder {
+    /// The present texts (`(row, text)`) tokenized with the call's prefix, cut at its limit (refused past it
+    /// under truncation 'error', by row), counted into `stats`.
+    fn tokens_of(
+        &self,
+        present: &[(usize, &str)],
+        settings: &CallSettings,
+        stats: &mut EmbedStats,
+    ) -> Result<Vec<Tokenized>> {
         let started = Instant::now();
         let prefixed: Vec<String>;
         let strs: Vec<&str> = if settings.prefix.is_empty() {
@@ -808,28 +874,21 @@ impl TextEmbedder for Embedder {
                 stats.dropped_tokens += t.dropped as u64;
             }
         }
+        Ok(tokens)
+    }
 
-        let busy = AtomicU64::new(0);
-        let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
-        let batches = match settings.order {
-            Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
-            Order::Original => plan_fixed_batches(&lengths, ORIGINAL_BATCH_ROWS),
-        };
-        for batch in &batches {
-            stats.processed_tokens += (batch.rows.len() * batch.padded_len) as u64;
-            stats.model_calls += 1;
-        }
-        let pooled = self.run_batches(
-            &tokens,
-            &batches,
-            settings,
-            &|batch| progress(batch.rows.len() as u64, batch.rows.iter().map(|&r| lengths[r] as u64).sum()),
-            stop,
-            &busy,
-        )?;
+    /// The pooled vectors of the present rows through the Dense modules, cut to the call's dimensions and
+    /// normalised, placed at their rows among `rows`; and which rows have one.
+    fn assemble(
+        &self,
+        rows: usize,
+        present: &[(usize, &str)],
+        pooled: Vec<Vec<f32>>,
+        settings: &CallSettings,
+    ) -> (Vec<f32>, Vec<bool>) {
         let dim = settings.out_dim(&self.spec);
-        let mut vectors = vec![0.0f32; texts.len() * dim];
-        let mut valid = vec![false; texts.len()];
+        let mut vectors = vec![0.0f32; rows * dim];
+        let mut valid = vec![false; rows];
         for ((row, _), pooled) in present.iter().zip(pooled) {
             // The Dense modules, in modules.json order, then the cut and the Normalize module.
             let mut v = self.dense.iter().fold(pooled, |v, dense| dense.apply(&v));
@@ -841,7 +900,6 @@ impl TextEmbedder for Embedder {
             vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
             valid[*row] = true;
         }
-        stats.model_time = Duration::from_nanos(busy.load(Ordering::Relaxed));
-        Ok(Embedded { vectors, valid, stats })
+        (vectors, valid)
     }
 }

@@ -209,6 +209,73 @@ struct HfConfig {
     vocab_size: Option<usize>,
 }
 
+/// The tokenizer's truncation side (tokenizer_config.json) and the longest text in tokens
+/// (sentence_bert_config.json's max_seq_length, else the tokenizer's model_max_length).
+fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
+    let tokenizer_cfg: TokenizerConfig = match dir.join("tokenizer_config.json").is_file() {
+        true => read_json(dir, "tokenizer_config.json")?,
+        false => TokenizerConfig::default(),
+    };
+    let truncation_side = match tokenizer_cfg.truncation_side.as_deref() {
+        None | Some("right") => TruncationSide::Right,
+        Some("left") => TruncationSide::Left,
+        Some(other) => {
+            return Err(Error::model(
+                dir,
+                "tokenizer_config.json",
+                format!("truncation_side {other:?} is not one of 'right' and 'left'"),
+            ));
+        }
+    };
+
+    let sbert: SbertConfig = read_json(dir, "sentence_bert_config.json")?;
+    // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
+    // it (transformers writes 1e30 for "no limit", which is no use as one).
+    let max_seq_length = match sbert.max_seq_length {
+        Some(n) => Some(n),
+        None => tokenizer_cfg.model_max_length.filter(|n| *n >= 2.0 && *n <= 1e6).map(|n| n as usize),
+    }
+    .filter(|n| *n >= 2)
+    .ok_or_else(|| {
+        Error::model(
+            dir,
+            "sentence_bert_config.json",
+            "needs a max_seq_length of at least 2 (or tokenizer_config.json a model_max_length)",
+        )
+    })?;
+    Ok((truncation_side, max_seq_length))
+}
+
+/// The prompts of config_sentence_transformers.json and its default one; refused when it asks to cut the
+/// vectors (`truncate_dim`, which the pipeline does by `embed.truncate_dim`) or names a default it lacks.
+/// `dim` is the width of the vectors the directory makes.
+fn read_prompts(dir: &Path, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
+    let st: StConfig = match dir.join(ST_CONFIG).is_file() {
+        true => read_json(dir, ST_CONFIG)?,
+        false => StConfig::default(),
+    };
+    if let Some(n) = st.truncate_dim {
+        return Err(Error::model(
+            dir,
+            ST_CONFIG,
+            format!(
+                "truncate_dim {n} is not read by this pipeline (its vectors would have {dim} values, not {n}); \
+                 remove it from the file to embed at the full dimension, then SET embed.truncate_dim = {n} to \
+                 cut them (normalised after the cut)"
+            ),
+        ));
+    }
+    let default_prompt_name = st.default_prompt_name.filter(|n| !n.is_empty());
+    if let Some(name) = default_prompt_name.as_ref().filter(|n| !st.prompts.contains_key(*n)) {
+        return Err(Error::model(
+            dir,
+            ST_CONFIG,
+            format!("default_prompt_name '{name}' is not one of its prompts ({})", prompt_names(&st.prompts)),
+        ));
+    }
+    Ok((st.prompts, default_prompt_name))
+}
+
 impl ModelSpec {
     /// Read and cross-check the directory. Every error names the file at fault.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
@@ -234,37 +301,7 @@ impl ModelSpec {
             dim = spec.out_features;
             dense.push(spec);
         }
-        let tokenizer_cfg: TokenizerConfig = match dir.join("tokenizer_config.json").is_file() {
-            true => read_json(&dir, "tokenizer_config.json")?,
-            false => TokenizerConfig::default(),
-        };
-        let truncation_side = match tokenizer_cfg.truncation_side.as_deref() {
-            None | Some("right") => TruncationSide::Right,
-            Some("left") => TruncationSide::Left,
-            Some(other) => {
-                return Err(Error::model(
-                    &dir,
-                    "tokenizer_config.json",
-                    format!("truncation_side {other:?} is not one of 'right' and 'left'"),
-                ));
-            }
-        };
-
-        let sbert: SbertConfig = read_json(&dir, "sentence_bert_config.json")?;
-        // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
-        // it (transformers writes 1e30 for "no limit", which is no use as one).
-        let max_seq_length = match sbert.max_seq_length {
-            Some(n) => Some(n),
-            None => tokenizer_cfg.model_max_length.filter(|n| *n >= 2.0 && *n <= 1e6).map(|n| n as usize),
-        }
-        .filter(|n| *n >= 2)
-        .ok_or_else(|| {
-            Error::model(
-                &dir,
-                "sentence_bert_config.json",
-                "needs a max_seq_length of at least 2 (or tokenizer_config.json a model_max_length)",
-            )
-        })?;
+        let (truncation_side, max_seq_length) = read_lengths(&dir)?;
 
         let hf: HfConfig = read_json(&dir, "config.json")?;
         if let Some(hidden) = hf.hidden_size
@@ -289,29 +326,7 @@ impl ModelSpec {
             ));
         }
 
-        let st: StConfig = match dir.join(ST_CONFIG).is_file() {
-            true => read_json(&dir, ST_CONFIG)?,
-            false => StConfig::default(),
-        };
-        if let Some(n) = st.truncate_dim {
-            return Err(Error::model(
-                &dir,
-                ST_CONFIG,
-                format!(
-                    "truncate_dim {n} is not read by this pipeline (its vectors would have {dim} values, not {n}); \
-                     remove it from the file to embed at the full dimension, then SET embed.truncate_dim = {n} to \
-                     cut them (normalised after the cut)"
-                ),
-            ));
-        }
-        let default_prompt_name = st.default_prompt_name.filter(|n| !n.is_empty());
-        if let Some(name) = default_prompt_name.as_ref().filter(|n| !st.prompts.contains_key(*n)) {
-            return Err(Error::model(
-                &dir,
-                ST_CONFIG,
-                format!("default_prompt_name '{name}' is not one of its prompts ({})", prompt_names(&st.prompts)),
-            ));
-        }
+        let (prompts, default_prompt_name) = read_prompts(&dir, dim)?;
 
         let tokenizer_path = dir.join("tokenizer.json");
         if !tokenizer_path.is_file() {
@@ -334,7 +349,7 @@ impl ModelSpec {
             pad_id: hf.pad_token_id.unwrap_or(0),
             vocab_size: hf.vocab_size,
             max_positions: hf.max_position_embeddings,
-            prompts: st.prompts,
+            prompts,
             default_prompt_name,
             include_prompt: pooling_cfg.include_prompt,
         })

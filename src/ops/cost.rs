@@ -207,6 +207,16 @@ pub fn amount(x: f64) -> String {
     }
 }
 
+/// Seconds as hours and minutes (`25 min`, `72 h 10 min`).
+pub fn duration(seconds: f64) -> String {
+    let minutes = (seconds / 60.0).round() as u64;
+    match minutes {
+        0 => format!("{seconds:.0} s"),
+        m if m < 60 => format!("{m} min"),
+        m => format!("{} h {:02} min", m / 60, m % 60),
+    }
+}
+
 /// Hours as days and hours past two days.
 pub fn hours_text(h: f64) -> String {
     if h >= 48.0 { format!("{:.1} days", h / 24.0) } else { format!("{h:.1} h") }
@@ -370,6 +380,13 @@ mod tests {
         assert_eq!(amount(0.5), "0.500");
         assert_eq!(amount(0.000_123_4), "0.000123");
         assert_eq!(amount(0.0), "0.00");
+    }
+
+    #[test]
+    fn durations_read_as_hours_and_minutes() {
+        assert_eq!(duration(12.0), "12 s");
+        assert_eq!(duration(1_520.0), "25 min");
+        assert_eq!(duration(3.0 * 86_400.0 + 600.0), "72 h 10 min");
     }
 
     #[test]

@@ -12,16 +12,34 @@
 //! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
 //! - [`lineage`]: how a version's vectors were made, each link re-checked on request ([`lineage::report`] →
 //!   [`lineage::LineageReport`]);
-//! - [`histogram`] and [`json_lines`]: a plan's picture, and the bad line of a JSON source named.
+//! - [`evaluate`]: how well representations retrieve judged documents, and how much a new one moves the
+//!   neighbourhoods ([`evaluate::evaluate`] → [`evaluate::EvaluateReport`]);
+//! - [`report`]: a campaign on one self-contained HTML page ([`report::report`]);
+//! - [`checks`]: the model checked on a sample of a job's corpus: batch invariance and order invariance
+//!   ([`checks::check_invariance`], [`checks::compare_order`]);
+//! - [`embed`]: texts embedded directly with a model directory's own settings ([`embed::embed_texts`] →
+//!   [`embed::Embeddings`]);
+//! - [`verify`]: is a dataset the whole corpus, every vector sound, and can it be reproduced
+//!   ([`verify::verify`] → [`verify::VerifyReport`], kept beside the dataset by [`verify::save`]);
+//! - [`histogram`] and [`json_lines`]: a plan's picture, and the bad line of a JSON source named;
+//! - [`sample`]: seeded samples of ids, held in bounded memory;
+//! - [`script`]: a job's text split into statements with their lines, all parsed before any runs.
 
+pub mod checks;
 pub mod cost;
+pub mod embed;
+pub mod evaluate;
 pub mod histogram;
 pub mod json_lines;
 pub mod lineage;
 pub mod plan;
 pub mod probe;
+pub mod report;
 pub mod run;
+pub mod sample;
+pub mod script;
 pub mod trial;
+pub mod verify;
 
 use std::ops::ControlFlow;
 

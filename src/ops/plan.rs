@@ -16,10 +16,13 @@ use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use futures::StreamExt;
 
+use crate::campaign::Fingerprint;
+use crate::campaign::metrics::RunMetrics;
 use crate::campaign::plan::{
     HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN,
     UnitCutter, WORK_LIST_FILE,
@@ -30,10 +33,9 @@ use crate::exec::length_order::{DROPPED_TOKENS, TOKEN_COUNT, longest_first};
 use crate::lance::resume::{WriteTarget, dataset_exists, write_target};
 use crate::lance::sink::fingerprint_of_columns;
 use crate::lance::{LanceTable, dataset_uri};
-use crate::metrics::RunMetrics;
-use crate::model::TruncationSide;
+use crate::model::{CallSettings, TruncationSide};
+use crate::ops::script::{Statement, parse_all, split_statements};
 use crate::options::EmbedOptions;
-use crate::script::{Statement, parse_all, split_statements};
 use crate::session::EmbedSession;
 
 /// Useful tokens a work unit holds at most, unless `--units` or `--unit-tokens` says otherwise.
@@ -54,7 +56,7 @@ pub async fn plan_job(file: &Path, size: UnitSize) -> Result<Vec<(Plan, PathBuf)
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
-        if !crate::stores::is_local(&target.uri) {
+        if !crate::session::stores::is_local(&target.uri) {
             let e = format!(
                 "plans are kept beside a local output, and {} is not one; plan with a local output path, or run \
                  without a plan",
@@ -79,8 +81,10 @@ pub async fn plan_job(file: &Path, size: UnitSize) -> Result<Vec<(Plan, PathBuf)
 /// A job file's statements, parsed, and a session for them that starts fresh (`embed.restart`): what is
 /// prepared covers the whole input, whatever an output already holds (the run skips the ids already there).
 pub fn load_job(file: &Path) -> Result<(EmbedSession, Vec<Statement>)> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Error::file(format!("cannot read job file {}", file.display()), e))?;
+    // As `pipeline run` reads it: refused past MAX_JOB_BYTES (a job of `/dev/zero`), or when it is not UTF-8.
+    let opened =
+        std::fs::File::open(file).map_err(|e| Error::file(format!("cannot read job file {}", file.display()), e))?;
+    let text = crate::ops::script::read_job(opened, &file.display().to_string()).map_err(Error::Refused)?;
     let statements = split_statements(&text).map_err(|e| Error::Refused(format!("{}: {e}", file.display())))?;
     let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
     parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
@@ -103,11 +107,12 @@ pub struct JobWrites<'a> {
     statements: &'a [Statement],
     next: usize,
     json_sources: Vec<String>,
+    first_source: Option<String>,
 }
 
 impl<'a> JobWrites<'a> {
     pub fn new(file: &'a Path, session: &'a EmbedSession, statements: &'a [Statement]) -> Self {
-        Self { file, session, statements, next: 0, json_sources: Vec::new() }
+        Self { file, session, statements, next: 0, json_sources: Vec::new(), first_source: None }
     }
 
     /// The next write into Lance, after running the set-up before it.
@@ -128,6 +133,9 @@ impl<'a> JobWrites<'a> {
                 if c.file_type.eq_ignore_ascii_case("json") {
                     self.json_sources.push(c.location.clone());
                 }
+                if !c.file_type.eq_ignore_ascii_case("lance") {
+                    self.first_source.get_or_insert_with(|| c.name.to_string());
+                }
             }
             if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
                 ctx.execute_logical_plan(plan).await.map_err(|e| self.fail(stmt, &e))?;
@@ -136,6 +144,11 @@ impl<'a> JobWrites<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// The first table the set-up run so far created over a source that is not Lance (the corpus).
+    pub fn first_source(&self) -> Option<&str> {
+        self.first_source.as_deref()
     }
 
     /// An error of `stmt`, placed as `pipeline run` places it (a JSON error with its file's bad line).
@@ -197,30 +210,8 @@ pub async fn make_plan(
 ) -> Result<(Plan, PathBuf)> {
     let state = session.context().state();
     let options = EmbedOptions::from_config(state.config_options());
-    if !options.order.eq_ignore_ascii_case("length") {
-        return Err(Error::Refused(format!(
-            "a plan orders the rows by length; remove SET embed.order = '{}'",
-            options.order
-        )));
-    }
-    if target.uri.contains("://") {
-        return Err(Error::Refused(format!(
-            "a plan is kept beside its output, and {} is not on this machine's disk",
-            target.uri
-        )));
-    }
     let column = &options.id_column;
-    if let Some(why) = crate::lance::resume::unplannable(&target.input, column)? {
-        return Err(Error::Refused(format!(
-            "the write into {} cannot be planned: {why}. Run it without a plan (pipeline run --no-plan), or write \
-             each embed() to its own output",
-            target.uri
-        )));
-    }
-    // The write's planning (counting_input, below) refuses NULL and repeated ids, as a run's does.
-    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?.ok_or_else(|| {
-        Error::Refused(format!("the write into {} has no embed() column: there is nothing to plan", target.uri))
-    })?;
+    let fingerprint = plannable(&options, target)?;
     let sources = snapshot_sources(&target.input).await?;
 
     // The run's own ordering nodes, found in the write's physical plan, counting truncation too.
@@ -255,35 +246,7 @@ pub async fn make_plan(
                 UnitSize::Count(n) => counted.counted().1.div_ceil(n.max(1)),
             })
         });
-        let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
-        let kept = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
-        let cut = batch.column_by_name(DROPPED_TOKENS).expect("counted").as_primitive::<UInt32Type>().clone();
-        let mut units = Vec::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            let (k, d) = (u64::from(kept.value(row)), u64::from(cut.value(row)));
-            // Under truncation 'error' nothing is cut: the count is the whole text, the excess beside it.
-            let whole = if settings.truncation == TruncationSide::Error { k } else { k + d };
-            totals.rows += 1;
-            if texts.is_null(row) {
-                totals.null_texts += 1;
-            } else {
-                if d > 0 && settings.truncation == TruncationSide::Error {
-                    let id = datafusion::arrow::util::display::array_value_to_string(batch.column(id_index), row)?;
-                    return Err(Error::Refused(format!(
-                        "the text of {column} {id} has {} tokens, above embed.max_tokens = {}, and embed.truncation \
-                         is 'error'. Shorten it, raise embed.max_tokens, or SET embed.truncation = 'right'",
-                        whole, totals.max_tokens
-                    )));
-                }
-                totals.documents += 1;
-                totals.useful_tokens += k;
-                totals.tokens_before_truncation += whole;
-                totals.truncated_documents += u64::from(d > 0);
-                totals.dropped_tokens += d;
-                histogram.add(whole);
-            }
-            units.push(cutter.push(kept.value(row)));
-        }
+        let units = count_batch(&batch, &text, &settings, id_index, (column, &mut totals, &mut histogram), cutter)?;
         let row = work_list_rows(&batch, units)?;
         let writer = match &mut writer {
             Some(w) => w,
@@ -315,18 +278,95 @@ pub async fn make_plan(
         units: cutter.map(|c| c.units).unwrap_or_default(),
         histogram,
     };
+    publish(&plan, &staging, &dir)?;
+    Ok((plan, dir))
+}
+
+/// The write refused when it cannot be planned (another order, an output not on this disk, a query shape
+/// whose rows cannot be listed ahead, no embed() column); else the fingerprint of its embed() column.
+fn plannable(options: &EmbedOptions, target: &WriteTarget) -> Result<Fingerprint> {
+    if !options.order.eq_ignore_ascii_case("length") {
+        return Err(Error::Refused(format!(
+            "a plan orders the rows by length; remove SET embed.order = '{}'",
+            options.order
+        )));
+    }
+    if target.uri.contains("://") {
+        return Err(Error::Refused(format!(
+            "a plan is kept beside its output, and {} is not on this machine's disk",
+            target.uri
+        )));
+    }
+    let column = &options.id_column;
+    if let Some(why) = crate::lance::resume::unplannable(&target.input, column)? {
+        return Err(Error::Refused(format!(
+            "the write into {} cannot be planned: {why}. Run it without a plan (pipeline run --no-plan), or write \
+             each embed() to its own output",
+            target.uri
+        )));
+    }
+    // The write's planning (counting_input, below) refuses NULL and repeated ids, as a run's does.
+    fingerprint_of_columns(target.input.schema().as_arrow())?.ok_or_else(|| {
+        Error::Refused(format!("the write into {} has no embed() column: there is nothing to plan", target.uri))
+    })
+}
+
+/// Count one batch of the ordered input into `totals` and `histogram`, and cut its rows into units: each
+/// row's unit. Under truncation 'error', a text past the limit is refused, by its id.
+fn count_batch(
+    batch: &RecordBatch,
+    text: &Arc<dyn PhysicalExpr>,
+    settings: &CallSettings,
+    id_index: usize,
+    (column, totals, histogram): (&str, &mut Totals, &mut Histogram),
+    cutter: &mut UnitCutter,
+) -> Result<Vec<u32>> {
+    let texts = text.evaluate(batch)?.into_array(batch.num_rows())?;
+    let kept = batch.column_by_name(TOKEN_COUNT).expect("counted").as_primitive::<UInt32Type>().clone();
+    let cut = batch.column_by_name(DROPPED_TOKENS).expect("counted").as_primitive::<UInt32Type>().clone();
+    let mut units = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        let (k, d) = (u64::from(kept.value(row)), u64::from(cut.value(row)));
+        // Under truncation 'error' nothing is cut: the count is the whole text, the excess beside it.
+        let whole = if settings.truncation == TruncationSide::Error { k } else { k + d };
+        totals.rows += 1;
+        if texts.is_null(row) {
+            totals.null_texts += 1;
+        } else {
+            if d > 0 && settings.truncation == TruncationSide::Error {
+                let id = datafusion::arrow::util::display::array_value_to_string(batch.column(id_index), row)?;
+                return Err(Error::Refused(format!(
+                    "the text of {column} {id} has {} tokens, above embed.max_tokens = {}, and embed.truncation \
+                     is 'error'. Shorten it, raise embed.max_tokens, or SET embed.truncation = 'right'",
+                    whole, totals.max_tokens
+                )));
+            }
+            totals.documents += 1;
+            totals.useful_tokens += k;
+            totals.tokens_before_truncation += whole;
+            totals.truncated_documents += u64::from(d > 0);
+            totals.dropped_tokens += d;
+            histogram.add(whole);
+        }
+        units.push(cutter.push(kept.value(row)));
+    }
+    Ok(units)
+}
+
+/// Write the plan's file and picture into `staging`, then move it into `dir` in place of an older plan.
+fn publish(plan: &Plan, staging: &Path, dir: &Path) -> Result<()> {
     std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
     let h = &plan.histogram;
     let caption = super::histogram::caption(h, &plan.totals);
     super::histogram::histogram_svg(&staging.join(HISTOGRAM_FILE), h.bin_width, &h.bins, h.limit, &caption)
         .map_err(Error::Refused)?;
     if dir.exists() {
-        std::fs::remove_dir_all(&dir)
+        std::fs::remove_dir_all(dir)
             .map_err(|e| Error::file(format!("cannot replace the old plan {}", dir.display()), e))?;
     }
-    std::fs::rename(&staging, &dir)
+    std::fs::rename(staging, dir)
         .map_err(|e| Error::file(format!("cannot move the plan into {}", dir.display()), e))?;
-    Ok((plan, dir))
+    Ok(())
 }
 
 /// What the ordering stage of a write counts: its input rows, and the text (an expression over them), as

@@ -31,13 +31,13 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, counting_input, load_job};
+use crate::campaign::memory::{self, mib};
 use crate::campaign::plan::WORK_LIST_FILE;
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::error::{Error, Result};
 use crate::exec::TokenCountExec;
 use crate::exec::length_order::{TOKEN_COUNT, longest_first};
 use crate::lance::resume::WriteTarget;
-use crate::memory::{self, mib};
 use crate::model::fit::MemorySplit;
 use crate::model::onnx_weights::read_weights;
 use crate::model::{CallSettings, Device, TextEmbedder};
@@ -168,7 +168,7 @@ pub async fn probe_job(file: &Path, budget: Option<u64>, max_batch_tokens: usize
     }
     let mut report = tokio::task::spawn_blocking(move || probe(&options, &longest, budget, max_batch_tokens))
         .await
-        .map_err(|e| Error::Refused(format!("the probe failed: {e}")))??;
+        .map_err(|e| Error::Internal(format!("the probe failed: {e}")))??;
     report.longest_from = longest_from;
     Ok(report)
 }
@@ -194,9 +194,9 @@ fn texts_and_counts(batch: &RecordBatch, text: &Arc<dyn PhysicalExpr>) -> Result
     let texts = text.evaluate(batch)?.into_array(batch.num_rows())?;
     let counts = batch
         .column_by_name(TOKEN_COUNT)
-        .ok_or_else(|| Error::Refused(format!("no {TOKEN_COUNT} column")))?
+        .ok_or_else(|| Error::Internal(format!("no {TOKEN_COUNT} column")))?
         .as_primitive_opt::<UInt32Type>()
-        .ok_or_else(|| Error::Refused(format!("a bad {TOKEN_COUNT} column")))?
+        .ok_or_else(|| Error::Internal(format!("a bad {TOKEN_COUNT} column")))?
         .clone();
     Ok(string_values(&texts)?
         .into_iter()
@@ -254,10 +254,50 @@ pub fn probe(
         ),
     };
     let usable = (budget_bytes as f64 * MARGIN) as u64;
+    let (mut steps, stopped) = climb(embedder.as_ref(), &meter, &settings, longest, (loaded, usable), max_batch_tokens);
+    let mut recommended = recommend(&steps, &stopped, longest_tokens, options.max_batch_rows);
+    if let Some(r) = recommended.as_mut() {
+        r.set.push(format!("SET embed.memory_budget = '{}MiB';", budget_bytes >> 20));
+    }
+    let mut layouts = Vec::new();
+    if let Some(r) = &recommended {
+        layouts = try_layouts(options, &meter, &settings, longest, r.batch_tokens)?;
+    }
+    for step in &mut steps {
+        step.working_bytes = step.peak_bytes.saturating_sub(loaded);
+    }
+    let split = memory_split(embedder.as_ref(), &meter, &steps, loaded, before_load, longest_tokens)?;
+    Ok(ProbeReport {
+        device: embedder.device().clone(),
+        longest_tokens,
+        longest_from: String::new(),
+        budget_bytes,
+        budget_from,
+        loaded_bytes: loaded,
+        memory: meter.what().to_string(),
+        steps,
+        stopped,
+        recommended,
+        layouts,
+        split,
+    })
+}
+
+/// Calls of the longest texts, doubling their tokens from the first step, until one fails, passes the
+/// usable memory (`usable`, with `loaded` held by the model), would pass it at the next step, reaches
+/// `max_batch_tokens`, or runs no faster: each step measured, and why it stopped.
+fn climb(
+    embedder: &dyn TextEmbedder,
+    meter: &Meter,
+    settings: &CallSettings,
+    longest: &[(String, usize)],
+    (loaded, usable): (u64, u64),
+    max_batch_tokens: usize,
+) -> (Vec<Step>, String) {
     let mut steps: Vec<Step> = Vec::new();
-    let mut batch_tokens = FIRST_BATCH_TOKENS.max(longest_tokens).next_power_of_two();
+    let mut batch_tokens = FIRST_BATCH_TOKENS.max(longest[0].1.max(1)).next_power_of_two();
     let stopped = loop {
-        let step = measure(embedder.as_ref(), &meter, &settings, longest, batch_tokens, usable);
+        let step = measure(embedder, meter, settings, longest, batch_tokens, usable);
         let (fits, failed, peak) = (step.fits, step.error.clone(), step.peak_bytes);
         steps.push(step);
         if let Some(e) = failed {
@@ -291,32 +331,7 @@ pub fn probe(
         }
         batch_tokens *= 2;
     };
-    let mut recommended = recommend(&steps, &stopped, longest_tokens, options.max_batch_rows);
-    if let Some(r) = recommended.as_mut() {
-        r.set.push(format!("SET embed.memory_budget = '{}MiB';", budget_bytes >> 20));
-    }
-    let mut layouts = Vec::new();
-    if let Some(r) = &recommended {
-        layouts = try_layouts(options, &meter, &settings, longest, r.batch_tokens)?;
-    }
-    for step in &mut steps {
-        step.working_bytes = step.peak_bytes.saturating_sub(loaded);
-    }
-    let split = memory_split(embedder.as_ref(), &meter, &steps, loaded, before_load, longest_tokens)?;
-    Ok(ProbeReport {
-        device: embedder.device().clone(),
-        longest_tokens,
-        longest_from: String::new(),
-        budget_bytes,
-        budget_from,
-        loaded_bytes: loaded,
-        memory: meter.what().to_string(),
-        steps,
-        stopped,
-        recommended,
-        layouts,
-        split,
-    })
+    (steps, stopped)
 }
 
 /// The 48 GB split from the probe's figures: the weights' exact bytes from the graph, what loading added, and

@@ -12,15 +12,15 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use futures::StreamExt;
 
 use super::Reporter;
+use crate::campaign::metrics::{RunMetrics, WriteReport};
 use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
 use crate::campaign::{DeviceInfo, EmbedStats, interrupt};
 use crate::error::{Error, Result};
 use crate::lance::records::fingerprint_of_dataset;
 use crate::lance::resume::{ExistingIds, WriteTarget, count_done, open_existing, write_target};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns};
-use crate::metrics::{RunMetrics, WriteReport};
+use crate::ops::script::{JobStatement, Statement, parse_all};
 use crate::options::EmbedOptions;
-use crate::script::{JobStatement, Statement, parse_all};
 use crate::session::EmbedSession;
 
 /// Which plan (`pipeline plan`) a write executes.
@@ -306,32 +306,10 @@ async fn run_statement(
         LogicalPlan::Explain(e) => write_target(&e.plan),
         _ => None,
     };
-    let mut planned = None;
-    if let Some(target) = lance_target.as_ref().or(explained.as_ref())
-        && let Some(p) = plan_for_write(session, target, plans).await?
-    {
-        if lance_target.is_some() {
-            let t = &p.plan.totals;
-            reporter.note(&format!(
-                "executing the plan {}: {} rows, {} useful tokens, {} units; the sources are as planned ({})",
-                p.dir.display(),
-                t.rows,
-                t.useful_tokens,
-                p.plan.units.len(),
-                p.plan.created
-            ));
-        }
-        if let Some(url) = session.cluster() {
-            return Err(Error::Refused(format!(
-                "{} has a plan ({}), which a cluster (--cluster {url}) does not execute yet; run with --no-plan to \
-                 read and order the input on the executors",
-                target.uri,
-                p.dir.display()
-            )));
-        }
-        session.metrics().use_plan(&target.uri, Arc::clone(&p));
-        planned = Some(PlanGuard { session, uri: target.uri.clone(), plan: p });
-    }
+    let planned = match lance_target.as_ref().or(explained.as_ref()) {
+        Some(target) => use_write_plan(session, target, plans, lance_target.is_some(), reporter).await?,
+        None => None,
+    };
     let mut todo = None;
     if let Some(target) = &lance_target {
         todo = prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), reporter).await?;
@@ -355,16 +333,7 @@ async fn run_statement(
         todo = todo.or(Some(Todo { rows, tokens: None }));
     }
     if let Some(target) = file_target {
-        let mut rows = 0u64;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            if let Some(count) = batch.column_by_name("count").and_then(|c| c.as_primitive_opt::<UInt64Type>()) {
-                rows += count.iter().flatten().sum::<u64>();
-            }
-        }
-        session.metrics().record_file_write(&target, rows);
-        reporter.note(&format!("wrote {rows} rows to {target}"));
-        return Ok(());
+        return count_file_write(stream, &target, session, reporter).await;
     }
     if lance_target.is_some() {
         let plan = planned.as_ref().map(|p| Arc::clone(&p.plan));
@@ -376,6 +345,66 @@ async fn run_statement(
         report_write(session, writes_before, planned.as_ref().map(|p| p.plan.as_ref()), reporter);
         return Ok(());
     }
+    show_result(stream, reporter).await
+}
+
+/// The plan `target`'s write executes (none when it reads and orders its input itself), in use until the
+/// guard drops; `writes` says the statement writes (it is not an EXPLAIN of the write), which is told.
+async fn use_write_plan<'a>(
+    session: &'a EmbedSession,
+    target: &WriteTarget,
+    plans: &PlanChoice,
+    writes: bool,
+    reporter: &dyn Reporter,
+) -> Result<Option<PlanGuard<'a>>> {
+    let Some(p) = plan_for_write(session, target, plans).await? else { return Ok(None) };
+    if writes {
+        let t = &p.plan.totals;
+        reporter.note(&format!(
+            "executing the plan {}: {} rows, {} useful tokens, {} units; the sources are as planned ({})",
+            p.dir.display(),
+            t.rows,
+            t.useful_tokens,
+            p.plan.units.len(),
+            p.plan.created
+        ));
+    }
+    if let Some(url) = session.cluster() {
+        return Err(Error::Refused(format!(
+            "{} has a plan ({}), which a cluster (--cluster {url}) does not execute yet; run with --no-plan to \
+             read and order the input on the executors",
+            target.uri,
+            p.dir.display()
+        )));
+    }
+    session.metrics().use_plan(&target.uri, Arc::clone(&p));
+    Ok(Some(PlanGuard { session, uri: target.uri.clone(), plan: p }))
+}
+
+/// Read a write into a file (DataFusion's writer answers with its row count), record it and say it.
+async fn count_file_write(
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    target: &str,
+    session: &EmbedSession,
+    reporter: &dyn Reporter,
+) -> Result<()> {
+    let mut rows = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        if let Some(count) = batch.column_by_name("count").and_then(|c| c.as_primitive_opt::<UInt64Type>()) {
+            rows += count.iter().flatten().sum::<u64>();
+        }
+    }
+    session.metrics().record_file_write(target, rows);
+    reporter.note(&format!("wrote {rows} rows to {target}"));
+    Ok(())
+}
+
+/// Hand a query's result to the reporter, batch by batch, until it ends or the reporter has seen enough.
+async fn show_result(
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    reporter: &dyn Reporter,
+) -> Result<()> {
     let schema = stream.schema();
     while let Some(batch) = stream.next().await {
         if interrupt::stop_requested() {
@@ -448,8 +477,8 @@ fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&P
         reporter.warning(&format!(
             "this run's memory peaked at {}, within 10% of the budget of {} that pipeline probe assumed \
              (embed.memory_budget){}; probe again on this machine, or lower embed.batch_tokens",
-            crate::memory::mib(peak),
-            crate::memory::mib(budget),
+            crate::campaign::memory::mib(peak),
+            crate::campaign::memory::mib(budget),
             if peak > budget { ", and passed it" } else { "" }
         ));
     }

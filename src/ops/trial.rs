@@ -180,7 +180,7 @@ impl TrialReport {
 /// Run the trial of the job's first write into Lance, and save it to `args.save` (its vectors beside it). A
 /// trial whose vectors do not match the reference is returned as found (see [`TrialReport::mismatch`]).
 pub async fn run_trial(args: &TrialArgs) -> Result<TrialReport> {
-    crate::memory::mark_before_load();
+    crate::campaign::memory::mark_before_load();
     let file = &args.file;
     if args.minutes.is_nan() || args.minutes <= 0.0 {
         return Err(Error::Refused(format!("--minutes must be above 0, not {}", args.minutes)));
@@ -226,60 +226,141 @@ async fn trial(
     drop(input_text);
 
     // The plan: the write's own when current, else one made now in a temporary directory.
-    let beside = plan_dir(&target.uri);
     let temporary = tempfile::tempdir().map_err(|e| Error::file("cannot make a temporary directory", e))?;
-    let (plan, dir, plan_from, plan_seconds) = match current_plan(&beside, target, &options).await? {
-        Some(plan) => (plan, beside.clone(), format!("the plan {}", beside.display()), None),
-        None => {
-            let started = Instant::now();
-            let dir = temporary.path().join("plan");
-            let (plan, _) = make_plan(session, write, target, UnitSize::Tokens(u64::MAX), &dir).await?;
-            let why = if beside.exists() {
-                "the plan beside the output is not this job's, or its sources changed"
-            } else {
-                "no plan beside the output"
-            };
-            (plan, dir, format!("a plan made now ({why})"), Some(started.elapsed().as_secs_f64()))
-        }
-    };
+    let (plan, dir, plan_from, plan_seconds) = trial_plan(session, write, target, &options, temporary.path()).await?;
     if plan.totals.documents == 0 {
         return Err(Error::Refused(format!("the write into {} has no text to try", target.uri)));
     }
 
     // The batch setting: the job's, or the probe's.
-    let mut probe_report = None;
-    let from = if sets_batch || args.no_probe {
-        if sets_batch { "the job" } else { "the job (--no-probe)" }.to_string()
+    let (from, probe_report) = if sets_batch || args.no_probe {
+        (if sets_batch { "the job" } else { "the job (--no-probe)" }.to_string(), None)
     } else {
-        let longest = read_longest(&dir, &text).await?.unwrap_or_default();
-        let (o, budget) = (options.clone(), args.memory_budget);
-        let mut report = tokio::task::spawn_blocking(move || probe(&o, &longest, budget, 262_144))
-            .await
-            .map_err(|e| Error::Refused(format!("the probe failed: {e}")))??;
-        report.longest_from = plan_from.clone();
-        let Some(rec) = report.recommended.clone() else {
-            return Err(Error::Refused(format!(
-                "the probe found no batch setting that fits the memory budget ({}); see pipeline probe",
-                report.stopped
-            )));
-        };
-        let mut set = rec.set.clone();
-        if let [current, other, ..] = report.layouts.as_slice()
-            && other.useful_tokens_per_second > current.useful_tokens_per_second * (1.0 + SAME_SPEED)
-        {
-            set.push(format!("SET embed.sessions_per_device = {};", other.sessions_per_device));
-            set.push(format!("SET embed.intra_threads = {};", other.intra_threads));
-        }
-        for line in &set {
-            ctx.sql(line).await?.collect().await?;
-        }
+        let report = probe_and_set(ctx, &options, args.memory_budget, &dir, &text, &plan_from).await?;
         options = EmbedOptions::from_config(ctx.state().config_options());
-        probe_report = Some(report);
-        "the probe".to_string()
+        ("the probe".to_string(), Some(report))
     };
+    let (settings, model_load) = chosen_settings(&options, from)?;
+
+    // The corpus's token counts in length order, and the warm-up texts spread over them.
+    let (counts, warm_texts) = read_counts(&dir, &text).await?;
+    let ranges = strata(&counts, STRATA);
+
+    // Warm-up, untimed, then once more timed: its rate sizes a --minutes sample.
+    let warm = warm_up(&options, warm_texts).await?;
+    let corpus_tokens: u64 = counts.iter().map(|c| u64::from(*c)).sum();
+    let (fraction, chosen_by) = sample_fraction(args, counts.len(), corpus_tokens, warm);
+
+    // The sample's work list, a unit per stratum, in a plan directory of its own.
+    let sample_dir = temporary.path().join("sample");
+    let chosen = write_sample(&dir, &sample_dir, &plan, &counts, &ranges, fraction).await?;
+
+    // The sample through the run's own write path, into <save>.lance, each embedded chunk timed.
+    let vectors = args.save.with_extension("lance").display().to_string();
+    let uri = dataset_uri(&vectors);
+    let timed = write_timed(session, write, target, &vectors, &sample_dir).await?;
+    let (rates, prediction) = rates_and_prediction(&counts, &ranges, &chosen, &timed, model_load);
+
+    let comparison = match &args.reference {
+        Some(reference) => Some(compare(&vectors, reference, &options.id_column, target).await),
+        None => None,
+    };
+    let device = match session.metrics().device() {
+        Some(d) => d,
+        None => options.embedder()?.device().clone(),
+    };
+    let sample = summary(chosen, corpus_tokens, fraction, chosen_by);
+    Ok(TrialReport {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        name: args.name.clone().unwrap_or_else(|| device.device.clone()),
+        job: args.file.display().to_string(),
+        output: target.uri.clone(),
+        device,
+        fingerprint: plan.fingerprint.clone(),
+        settings,
+        probe: probe_report,
+        plan_from,
+        plan_seconds,
+        corpus: plan.totals.clone(),
+        sample,
+        warm_up: WarmUp { texts: WARM_UP_TEXTS.min(counts.len()) as u64, useful_tokens_per_second: warm },
+        strata: rates,
+        prediction,
+        vectors: uri,
+        comparison,
+    })
+}
+
+/// Each stratum's rate, measured on its share of the sample and extrapolated to its share of the corpus, and
+/// the prediction for the whole corpus they make with the model's load and the write's start and end.
+fn rates_and_prediction(
+    counts: &[u32],
+    ranges: &[std::ops::Range<usize>],
+    chosen: &Chosen,
+    timed: &Timed,
+    model_load: f64,
+) -> (Vec<StratumRate>, Prediction) {
+    let mut rates: Vec<StratumRate> = ranges
+        .iter()
+        .enumerate()
+        .map(|(k, r)| StratumRate::new(k, counts, r.clone(), chosen.units[k].rows, chosen.units[k].useful_tokens))
+        .collect();
+    let sample_ends: Vec<u64> = chosen
+        .units
+        .iter()
+        .scan(0, |sum, u| {
+            *sum += u.useful_tokens;
+            Some(*sum)
+        })
+        .collect();
+    extrapolate(&mut rates, &sample_ends, &intervals(&timed.points));
+    let prediction = predict(
+        &rates,
+        model_load,
+        timed.first_call.duration_since(timed.started).as_secs_f64(),
+        timed.ended.duration_since(timed.last).as_secs_f64(),
+    );
+    (rates, prediction)
+}
+
+/// The sample as the report shows it.
+fn summary(chosen: Chosen, corpus_tokens: u64, fraction: f64, chosen_by: String) -> SampleSummary {
+    let sample_tokens: u64 = chosen.units.iter().map(|u| u.useful_tokens).sum();
+    SampleSummary {
+        rows: chosen.units.iter().map(|u| u.rows).sum(),
+        useful_tokens: sample_tokens,
+        share_of_tokens: sample_tokens as f64 / corpus_tokens.max(1) as f64,
+        fraction,
+        step: step_for(fraction) as u64,
+        chosen_by,
+        largest_bin_difference: largest_bin_difference(&chosen.histogram, &chosen.corpus_histogram),
+        histogram: chosen.histogram,
+        corpus_histogram: chosen.corpus_histogram,
+    }
+}
+
+/// The share of the corpus to sample, and why: `--sample N` rows, else the tokens `--minutes` takes at the
+/// warm-up's rate `warm`.
+fn sample_fraction(args: &TrialArgs, rows: usize, corpus_tokens: u64, warm: f64) -> (f64, String) {
+    match args.sample {
+        Some(n) => ((n as f64 / rows as f64).min(1.0), format!("--sample {n}")),
+        None => {
+            let tokens = warm * args.minutes * 60.0;
+            (
+                (tokens / corpus_tokens.max(1) as f64).min(1.0),
+                format!("--minutes {} at the warm-up's {warm:.0} useful tokens/s", args.minutes),
+            )
+        }
+    }
+}
+
+/// The settings the trial runs under (`from`: where the batch setting came from), as the report shows them
+/// and as SET lines for the campaign; and the seconds a fresh load of the model with them takes (a campaign
+/// loads it once).
+fn chosen_settings(options: &EmbedOptions, from: String) -> Result<(TrialSettings, f64)> {
     let placement = options.placement()?;
-    // A campaign loads the model once: timed here on a fresh load with the chosen layout (the shared one
-    // was loaded by the planning above).
+    // Timed on a fresh load with the chosen layout (the shared one was loaded by the planning).
     let started = Instant::now();
     drop(crate::model::Embedder::load(crate::model::ModelSpec::load(options.model_dir())?, &placement)?);
     let model_load = started.elapsed().as_secs_f64();
@@ -300,61 +381,120 @@ async fn trial(
         from,
         set,
     };
+    Ok((settings, model_load))
+}
 
-    // The corpus's token counts in length order, and the warm-up texts spread over them.
-    let (counts, warm_texts) = read_counts(&dir, &text).await?;
-    let ranges = strata(&counts, STRATA);
+/// The write's plan when it is current, else one made now under `temporary`: the plan, its directory, where
+/// it came from in words, and the seconds making it took.
+async fn trial_plan(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+    options: &EmbedOptions,
+    temporary: &Path,
+) -> Result<(Plan, PathBuf, String, Option<f64>)> {
+    let beside = plan_dir(&target.uri);
+    Ok(match current_plan(&beside, target, options).await? {
+        Some(plan) => (plan, beside.clone(), format!("the plan {}", beside.display()), None),
+        None => {
+            let started = Instant::now();
+            let dir = temporary.join("plan");
+            let (plan, _) = make_plan(session, write, target, UnitSize::Tokens(u64::MAX), &dir).await?;
+            let why = if beside.exists() {
+                "the plan beside the output is not this job's, or its sources changed"
+            } else {
+                "no plan beside the output"
+            };
+            (plan, dir, format!("a plan made now ({why})"), Some(started.elapsed().as_secs_f64()))
+        }
+    })
+}
 
-    // Warm-up, untimed, then once more timed: its rate sizes a --minutes sample.
+/// Probe the device on the plan's longest texts and set what it recommends in the session (and the other
+/// session layout, when it is faster); refused when no setting fits the memory budget.
+async fn probe_and_set(
+    ctx: &datafusion::prelude::SessionContext,
+    options: &EmbedOptions,
+    budget: Option<u64>,
+    dir: &Path,
+    text: &Arc<dyn PhysicalExpr>,
+    plan_from: &str,
+) -> Result<ProbeReport> {
+    let longest = read_longest(dir, text).await?.unwrap_or_default();
+    let o = options.clone();
+    let mut report = tokio::task::spawn_blocking(move || probe(&o, &longest, budget, 262_144))
+        .await
+        .map_err(|e| Error::Internal(format!("the probe failed: {e}")))??;
+    report.longest_from = plan_from.to_string();
+    let Some(rec) = report.recommended.clone() else {
+        return Err(Error::Refused(format!(
+            "the probe found no batch setting that fits the memory budget ({}); see pipeline probe",
+            report.stopped
+        )));
+    };
+    let mut set = rec.set.clone();
+    if let [current, other, ..] = report.layouts.as_slice()
+        && other.useful_tokens_per_second > current.useful_tokens_per_second * (1.0 + SAME_SPEED)
+    {
+        set.push(format!("SET embed.sessions_per_device = {};", other.sessions_per_device));
+        set.push(format!("SET embed.intra_threads = {};", other.intra_threads));
+    }
+    for line in &set {
+        ctx.sql(line).await?.collect().await?;
+    }
+    Ok(report)
+}
+
+/// The warm-up: `texts` embedded untimed, then once more timed; its useful tokens per second.
+async fn warm_up(options: &EmbedOptions, texts: Vec<String>) -> Result<f64> {
     let embedder = options.embedder()?;
-    let (call, _) = Fingerprint::for_options(&options)?;
-    let warm = tokio::task::spawn_blocking(move || -> crate::Result<f64> {
-        let texts: Vec<Option<&str>> = warm_texts.iter().map(|t| Some(t.as_str())).collect();
+    let (call, _) = Fingerprint::for_options(options)?;
+    tokio::task::spawn_blocking(move || -> crate::Result<f64> {
+        let texts: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         embedder.embed(&texts, &call)?;
         let started = Instant::now();
         let useful = embedder.embed(&texts, &call)?.stats.useful_tokens;
         Ok(useful as f64 / started.elapsed().as_secs_f64().max(1e-9))
     })
     .await
-    .map_err(|e| Error::Refused(format!("the warm-up failed: {e}")))??;
-    let corpus_tokens: u64 = counts.iter().map(|c| u64::from(*c)).sum();
-    let (fraction, chosen_by) = match args.sample {
-        Some(n) => ((n as f64 / counts.len() as f64).min(1.0), format!("--sample {n}")),
-        None => {
-            let tokens = warm * args.minutes * 60.0;
-            (
-                (tokens / corpus_tokens.max(1) as f64).min(1.0),
-                format!("--minutes {} at the warm-up's {warm:.0} useful tokens/s", args.minutes),
-            )
-        }
-    };
+    .map_err(|e| Error::Internal(format!("the warm-up failed: {e}")))?
+}
 
-    // The sample's work list, a unit per stratum, in a plan directory of its own.
-    let sample_dir = temporary.path().join("sample");
-    let chosen = write_sample(&dir, &sample_dir, &plan, &counts, &ranges, fraction).await?;
-    let mut rates: Vec<StratumRate> = ranges
-        .iter()
-        .enumerate()
-        .map(|(k, r)| StratumRate::new(k, &counts, r.clone(), chosen.units[k].rows, chosen.units[k].useful_tokens))
-        .collect();
+/// The times of the sample's write: its start, its first model call, each embedded chunk's end with its
+/// useful tokens, and its end.
+struct Timed {
+    started: Instant,
+    first_call: Instant,
+    points: Vec<(f64, u64)>,
+    last: Instant,
+    ended: Instant,
+}
 
-    // The sample through the run's own write path, into <save>.lance, each embedded chunk timed.
-    let vectors = args.save.with_extension("lance").display().to_string();
+/// Write the sample of the work list in `sample_dir` into `vectors` through the run's own write path (the
+/// job's COPY options kept), each embedded chunk timed.
+async fn write_timed(
+    session: &EmbedSession,
+    write: &LogicalPlan,
+    target: &WriteTarget,
+    vectors: &str,
+    sample_dir: &Path,
+) -> Result<Timed> {
+    let ctx = session.context();
     let file_type = match write {
         LogicalPlan::Copy(c) => Arc::clone(&c.file_type),
         _ => format_as_file_type(
             ctx.state()
                 .get_file_format_factory("lance")
-                .ok_or_else(|| Error::Refused("the Lance format is not registered".into()))?,
+                .ok_or_else(|| Error::Internal("the Lance format is not registered".into()))?,
         ),
     };
     let options_of_copy = match write {
         LogicalPlan::Copy(c) => c.options.clone(),
         _ => HashMap::new(),
     };
-    let copy = CopyTo::new(Arc::clone(&target.input), vectors.clone(), Vec::new(), file_type, options_of_copy);
-    let uri = dataset_uri(&vectors);
-    session.metrics().use_plan(&uri, Arc::new(PlanInUse::load(&sample_dir).map_err(Error::Refused)?));
+    let copy = CopyTo::new(Arc::clone(&target.input), vectors.to_string(), Vec::new(), file_type, options_of_copy);
+    let uri = dataset_uri(vectors);
+    session.metrics().use_plan(&uri, Arc::new(PlanInUse::load(sample_dir).map_err(Error::Refused)?));
     session.metrics().keep_timeline();
     let started = Instant::now();
     let written = async {
@@ -371,63 +511,8 @@ async fn trial(
     written?;
     let first_call = session.metrics().first_call().unwrap_or(started);
     let last = timeline.last().map_or(ended, |(t, _)| *t);
-    let points: Vec<(f64, u64)> =
-        timeline.iter().map(|(t, tokens)| (t.duration_since(first_call).as_secs_f64(), *tokens)).collect();
-    let sample_ends: Vec<u64> = chosen
-        .units
-        .iter()
-        .scan(0, |sum, u| {
-            *sum += u.useful_tokens;
-            Some(*sum)
-        })
-        .collect();
-    extrapolate(&mut rates, &sample_ends, &intervals(&points));
-    let prediction = predict(
-        &rates,
-        model_load,
-        first_call.duration_since(started).as_secs_f64(),
-        ended.duration_since(last).as_secs_f64(),
-    );
-
-    let comparison = match &args.reference {
-        Some(reference) => Some(compare(&vectors, reference, &options.id_column, target).await),
-        None => None,
-    };
-    let device = match session.metrics().device() {
-        Some(d) => d,
-        None => options.embedder()?.device().clone(),
-    };
-    let sample_tokens: u64 = chosen.units.iter().map(|u| u.useful_tokens).sum();
-    Ok(TrialReport {
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        name: args.name.clone().unwrap_or_else(|| device.device.clone()),
-        job: args.file.display().to_string(),
-        output: target.uri.clone(),
-        device,
-        fingerprint: plan.fingerprint.clone(),
-        settings,
-        probe: probe_report,
-        plan_from,
-        plan_seconds,
-        corpus: plan.totals.clone(),
-        sample: SampleSummary {
-            rows: chosen.units.iter().map(|u| u.rows).sum(),
-            useful_tokens: sample_tokens,
-            share_of_tokens: sample_tokens as f64 / corpus_tokens.max(1) as f64,
-            fraction,
-            step: step_for(fraction) as u64,
-            chosen_by,
-            largest_bin_difference: largest_bin_difference(&chosen.histogram, &chosen.corpus_histogram),
-            histogram: chosen.histogram,
-            corpus_histogram: chosen.corpus_histogram,
-        },
-        warm_up: WarmUp { texts: WARM_UP_TEXTS.min(counts.len()) as u64, useful_tokens_per_second: warm },
-        strata: rates,
-        prediction,
-        vectors: uri,
-        comparison,
-    })
+    let points = timeline.iter().map(|(t, tokens)| (t.duration_since(first_call).as_secs_f64(), *tokens)).collect();
+    Ok(Timed { started, first_call, points, last, ended })
 }
 
 /// The token count of every row of the work list in `dir`, in its order (longest first), and the texts

@@ -20,10 +20,10 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 
+use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint, interrupt};
-use crate::metrics::RunMetrics;
 use crate::model::CallSettings;
-use crate::model::{EmbedStats, ModelSpec, TextEmbedder};
+use crate::model::{EmbedStats, TextEmbedder};
 use crate::options::EmbedOptions;
 
 /// The vector type a fingerprint describes: `dim` elements of its `dtype` (float32 or float16).
@@ -386,9 +386,10 @@ impl ScalarUDFImpl for EmbedDimUdf {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let options = EmbedOptions::from_config(&args.config_options);
-        let spec = ModelSpec::load(options.model_dir())?;
-        // The settings a call of embed() resolves, so the model's own truncate_dim and pooling count as there.
-        let dim = options.call_settings(&spec.defaults())?.out_dim(&spec);
+        // The settings a call of embed() resolves and checks: the model's own pooling counts as there, and a
+        // cut wider than the model's vectors is refused as embed() refuses it.
+        let (spec, settings, _) = crate::campaign::Fingerprint::settings_for(&options)?;
+        let dim = settings.out_dim(&spec);
         Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(dim as i32))))
     }
 

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use ballista_core::serde::protobuf::GetJobStatusParams;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use embedding_pipeline::campaign::Fingerprint;
+use embedding_pipeline::campaign::metrics::RunMetrics;
 use embedding_pipeline::cluster::access::SERVER_NAME;
 use embedding_pipeline::cluster::{ClusterKeys, check_keys_match};
-use embedding_pipeline::metrics::RunMetrics;
 use embedding_pipeline::udf::EmbedUdf;
 use embedding_pipeline::udf::embed::HostOptions;
 

@@ -28,7 +28,7 @@ pub fn session_on(dir: &Path) -> EmbedSession {
 /// Run statements one by one; return the last one's result.
 pub async fn sql(session: &EmbedSession, statements: &str) -> datafusion::error::Result<Vec<RecordBatch>> {
     let mut last = Vec::new();
-    for stmt in embedding_pipeline::script::split_statements(statements).unwrap() {
+    for stmt in embedding_pipeline::ops::script::split_statements(statements).unwrap() {
         last = session.context().sql(&stmt.sql).await?.collect().await?;
     }
     Ok(last)

@@ -24,6 +24,7 @@ mod probe;
 mod resume;
 mod search;
 mod shapes;
+mod slt;
 mod sql;
 mod st_features;
 mod stores;

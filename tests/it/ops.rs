@@ -10,8 +10,8 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use embedding_pipeline::Error;
 use embedding_pipeline::ops::plan::{UnitSize, plan_job};
+use embedding_pipeline::ops::script::JobStatement;
 use embedding_pipeline::ops::{PlanChoice, Reporter, RunSettings, Silent, WriteProgress, run_job};
-use embedding_pipeline::script::JobStatement;
 
 use crate::common::{model_dir, write_jsonl};
 
@@ -84,6 +84,15 @@ fn corpus(dir: &Path, rows: usize) {
         .collect();
     let rows: Vec<(&str, Option<&str>)> = texts.iter().map(|(id, t)| (id.as_str(), t.as_deref())).collect();
     write_jsonl(&dir.join("docs.jsonl"), &rows);
+}
+
+/// A temporary folder holding a corpus of `rows` rows and the job over it, `job.sql`.
+fn job_folder(rows: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    corpus(tmp.path(), rows);
+    let file = tmp.path().join("job.sql");
+    std::fs::write(&file, job(tmp.path())).unwrap();
+    (tmp, file)
 }
 
 fn counts(batches: &[RecordBatch]) -> (i64, i64) {
@@ -167,11 +176,8 @@ async fn library_errors_are_typed_and_name_the_statement() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_counted() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, file) = job_folder(60);
     let dir = tmp.path();
-    corpus(dir, 60);
-    let file = dir.join("job.sql");
-    std::fs::write(&file, job(dir)).unwrap();
 
     let plans = plan_job(&file, UnitSize::Count(3)).await.unwrap();
     assert_eq!(plans.len(), 1);
@@ -208,11 +214,8 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_is_probed_through_the_library_into_a_typed_report() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, file) = job_folder(40);
     let dir = tmp.path();
-    corpus(dir, 40);
-    let file = dir.join("job.sql");
-    std::fs::write(&file, job(dir)).unwrap();
 
     let report = embedding_pipeline::ops::probe::probe_job(&file, None, 1024).await.unwrap();
     assert_eq!(report.longest_from, "a tokenising pass over the corpus");
@@ -238,11 +241,8 @@ async fn a_job_is_probed_through_the_library_into_a_typed_report() {
 async fn a_trial_costed_and_a_lineage_read_through_the_library() {
     use embedding_pipeline::ops::cost::cost_trials;
     use embedding_pipeline::ops::trial::{TrialArgs, TrialReport, run_trial};
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, file) = job_folder(60);
     let dir = tmp.path();
-    corpus(dir, 60);
-    let file = dir.join("job.sql");
-    std::fs::write(&file, job(dir)).unwrap();
 
     // A trial of 30 rows at the job's own batch setting: a plan made for it, the sample embedded, a prediction.
     let save = dir.join("trials/cpu.json");
@@ -294,4 +294,111 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
     assert!(lineage.chain.last().unwrap().detail.starts_with("60 rows"), "{:?}", lineage.chain);
     assert!(lineage.broken().is_empty(), "{:?}", lineage.checks);
     assert!(lineage.checks.iter().any(|c| c.link == "model directory" && c.status == "ok"), "{:?}", lineage.checks);
+}
+
+/// Verify, the model checks, evaluate's overlap and the report page, through the library: typed reports, the
+/// stages told to the reporter, refusals typed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dataset_verified_checked_and_reported_through_the_library() {
+    use embedding_pipeline::ops::checks::{check_invariance, compare_order};
+    use embedding_pipeline::ops::evaluate::{EvaluateArgs, evaluate};
+    use embedding_pipeline::ops::verify::{VerifyArgs, last_verify, save, verify};
+
+    let (tmp, file) = job_folder(40);
+    let dir = tmp.path();
+    let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
+    run_job(&statements, &RunSettings { plans: PlanChoice::Off, ..RunSettings::default() }, &Silent).await.unwrap();
+    let out = dir.join("out.lance").display().to_string();
+
+    // Texts embedded directly: the same vectors as the dataset's, under the same fingerprint.
+    let options = embedding_pipeline::EmbedOptions::default().with_model(model_dir().display().to_string());
+    let direct =
+        embedding_pipeline::ops::embed::embed_texts(vec!["a talking dog".into(), "x".into()], &options).await.unwrap();
+    assert_eq!((direct.fingerprint.dim, direct.rows().count()), (384, 2));
+    let norm: f32 = direct.rows().next().unwrap().iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    let err = embedding_pipeline::ops::embed::embed_texts(Vec::new(), &options).await.unwrap_err();
+    assert!(matches!(&err, Error::Refused(m) if m.starts_with("no texts")), "{err:?}");
+
+    let args = VerifyArgs {
+        dataset: out.clone(),
+        job: Some(file.clone()),
+        sample: 12,
+        seed: 7,
+        min_cosine: 0.9999,
+        model: None,
+        device: None,
+        id_column: "id".into(),
+        column: "embedding".into(),
+    };
+    let recorder = Recorder::default();
+    let report = verify(&args, &recorder).await.unwrap();
+    assert_eq!(report.verdict, "sound", "{:?} {:?}", report.findings, report.cannot_check);
+    assert_eq!((report.rows, report.ids.distinct, report.ids.duplicated), (40, 40, 0));
+    assert_eq!((report.ids.source_rows, report.ids.missing, report.ids.extra), (Some(40), Some(0), Some(0)));
+    let sample = report.sample.as_ref().unwrap();
+    assert_eq!((sample.requested, sample.rows, sample.below), (12, 12, 0), "{sample:?}");
+    assert!(sample.min_cosine.unwrap() >= 0.9999, "{sample:?}");
+    let notes = recorder.notes();
+    assert!(notes.first().is_some_and(|n| n.starts_with("reading the corpus of")), "{notes:?}");
+    assert_eq!(notes.last().map(String::as_str), Some("checking the lineage"), "{notes:?}");
+    // Saved beside the dataset, found again by version.
+    let saved = save(&report).unwrap().unwrap();
+    assert!(saved.display().to_string().ends_with("out.lance.verify.json"), "{}", saved.display());
+    assert_eq!(last_verify(&out, report.version).map(|r| r.verdict), Some("sound".into()));
+    // A dataset with no such id column is refused, typed, before any work.
+    let err = verify(&VerifyArgs { id_column: "nope".into(), ..args.clone() }, &Silent).await.unwrap_err();
+    assert!(matches!(&err, Error::Refused(m) if m.contains("has no id column `nope`")), "{err:?}");
+
+    // The model checks on the job's corpus.
+    let invariance = check_invariance(&file, 10, None, "text", 1e-4).await.unwrap();
+    assert_eq!((invariance.table.as_str(), invariance.sample), ("docs", 10));
+    assert!(invariance.passed && invariance.min_cosine > 0.9999, "{invariance:?}");
+    let order = compare_order(&file, 20, None, "text").await.unwrap();
+    assert_eq!(order.sample, 20);
+    assert_eq!(order.length.useful_tokens, order.original.useful_tokens, "{order:?}");
+    assert!(order.passed && order.max_abs_diff <= 1e-5, "{order:?}");
+    let err = check_invariance(&file, 10, Some("nowhere"), "text", 1e-4).await.unwrap_err();
+    assert!(err.chain_text().contains("nowhere"), "{err:?}");
+
+    // Evaluate's overlap of a dataset with itself: the same neighbours.
+    let overlap = evaluate(&EvaluateArgs {
+        datasets: vec![out.clone(), out.clone()],
+        judgements: None,
+        ks: vec![10],
+        model: None,
+        query_prompt: None,
+        id_column: "id".into(),
+        column: "embedding".into(),
+        overlap: Some(5),
+        overlap_sample: 8,
+        seed: 1,
+    })
+    .await
+    .unwrap();
+    let o = overlap.overlap.unwrap();
+    assert_eq!((o.k, o.sampled, o.mean, o.min), (5, 8, 1.0, 1.0));
+    let err = evaluate(&EvaluateArgs {
+        datasets: vec![out.clone()],
+        judgements: None,
+        ks: vec![10],
+        model: None,
+        query_prompt: None,
+        id_column: "id".into(),
+        column: "embedding".into(),
+        overlap: None,
+        overlap_sample: 8,
+        seed: 1,
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(&err, Error::Refused(m) if m.starts_with("nothing to evaluate")), "{err:?}");
+
+    // The page: the commit, the lineage and the verify result just saved.
+    let page = embedding_pipeline::ops::report::report(&out, &[], None).await.unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"), "{}", &page[..60]);
+    assert!(page.contains("<h2>Lineage</h2>") && page.contains("<h2>Commits</h2>"), "{page}");
+    let verified = format!("<span class=\"sound\">SOUND</span> at version {}", report.version);
+    assert!(page.contains(&verified), "the verify result saved above is on the page: {page}");
+    assert!(page.contains("Ids: 40 distinct, 0 held more than once; against the corpus: 0 missing, 0 extra"), "{page}");
 }

@@ -1,5 +1,9 @@
 //! A DataFusion session with the pipeline's pieces registered: the `embed.*` options, the `embed`
-//! and `embed_dim` functions, Lance tables, and Lance as a COPY target.
+//! and `embed_dim` functions, Lance tables, and Lance as a COPY target; and what it reads through:
+//! [`sources`] (folders of JSON lines) and [`stores`] (object stores, `s3://`).
+
+pub mod sources;
+pub mod stores;
 
 use std::sync::Arc;
 
@@ -8,16 +12,16 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use crate::campaign::metrics::RunMetrics;
 use crate::cluster::ClusterKeys;
 use crate::exec::EmbedWriteRule;
 use crate::lance::guard::CheckedPlanner;
 use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
-use crate::metrics::RunMetrics;
 use crate::options::{EmbedConfig, EmbedOptions};
-use crate::sources::JsonTableFactory;
-use crate::stores::StoreRegistry;
 use crate::udf::embed_udfs;
+use sources::JsonTableFactory;
+use stores::StoreRegistry;
 
 /// `datafusion.execution.target_partitions` on a cluster: the partitions a query's scan is cut into there.
 pub const CLUSTER_PARTITIONS: usize = 16;

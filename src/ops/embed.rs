@@ -1,0 +1,38 @@
+//! Texts embedded directly, as a campaign with the same model directory embeds them: the directory's own
+//! settings (or the defaults), its fingerprint, one vector per text in order (`pipeline embed`, and a
+//! program's `embed(texts)`).
+
+use crate::campaign::Fingerprint;
+use crate::model::TextEmbedder;
+use crate::options::EmbedOptions;
+use crate::{Error, Result};
+
+/// The vectors of some texts and the fingerprint they were made under.
+#[derive(Debug, Clone)]
+pub struct Embeddings {
+    pub fingerprint: Fingerprint,
+    /// One vector of `fingerprint.dim` values per text, row after row.
+    pub vectors: Vec<f32>,
+}
+
+impl Embeddings {
+    /// The vectors, one slice per text, in the texts' order.
+    pub fn rows(&self) -> impl Iterator<Item = &[f32]> {
+        self.vectors.chunks(self.fingerprint.dim.max(1))
+    }
+}
+
+/// Embed `texts` under `options` (its model directory, device and settings); refused with no texts.
+pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions) -> Result<Embeddings> {
+    if texts.is_empty() {
+        return Err(Error::Refused("no texts: give them as arguments, or --file FILE (JSON lines)".into()));
+    }
+    let (settings, fingerprint) = Fingerprint::for_options(options)?;
+    let embedder = options.embedder()?;
+    let embedded = tokio::task::spawn_blocking(move || {
+        let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+        embedder.embed(&refs, &settings)
+    })
+    .await??;
+    Ok(Embeddings { fingerprint, vectors: embedded.vectors })
+}

@@ -1,0 +1,439 @@
+//! A campaign on one self-contained HTML page, for a person who would rather look than read: the fingerprint, the plan's length
+//! histogram and truncation, each commit's rows, useful tokens/s and padding, the devices, trials and costs,
+//! the lineage chain and the last `pipeline verify`. Inline SVG and CSS; no script, nothing fetched.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use super::cost::{CostReport, Prices, cost};
+use super::trial::TrialReport;
+use super::verify::{VerifyReport, last_verify};
+use crate::campaign::plan::{PLAN_FILE, Plan};
+use crate::campaign::{Fingerprint, RunRecord};
+use crate::lance::records::fingerprint_of_dataset;
+use crate::lance::records::{existing_versions, version_records};
+use crate::lance::verify::outside_writes;
+use crate::lance::{lance_err, open_dataset};
+use crate::{Error, Result};
+
+/// One commit of the dataset, as the page shows it.
+struct Commit {
+    version: u64,
+    timestamp: String,
+    run: Option<RunRecord>,
+    /// What `pipeline index` or `pipeline optimize` did, or what another writer did, in words.
+    other: Option<String>,
+}
+
+/// The page of the dataset at `location` (`path`, `path@version` or `path@tag`), as HTML, with the trials
+/// `trials` priced by `prices` (placeholder prices when none).
+pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -> Result<String> {
+    let ds = open_dataset(location).await?;
+    let version = ds.version().version;
+    let uri = ds.uri().to_string();
+    let fingerprint = fingerprint_of_dataset(&ds)?;
+    let rows = ds.count_rows(None).await.map_err(lance_err(&uri))? as u64;
+    let outside = outside_writes(&ds, version).await?;
+    let mut commits = Vec::new();
+    for v in existing_versions(&ds, version).await?.into_iter().rev() {
+        let (run, maintenance) = version_records(&ds, v).await?;
+        let timestamp = ds
+            .checkout_version(v)
+            .await
+            .map(|d| d.version().timestamp.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+            .unwrap_or_default();
+        let other = match (&run, maintenance, outside.iter().find(|w| w.version == v)) {
+            (Some(_), _, _) => None,
+            (None, Some(m), _) => Some(m.summary()),
+            (None, None, Some(w)) => Some(format!("{} outside the pipeline (no run record)", w.operation)),
+            (None, None, None) => None,
+        };
+        commits.push(Commit { version: v, timestamp, run, other });
+    }
+    let plan = plan_of(&uri, &commits);
+    let trials =
+        trials.iter().map(|f| Ok((f.display().to_string(), TrialReport::read(f)?))).collect::<Result<Vec<_>>>()?;
+    let prices = prices.map(Prices::read).transpose()?;
+    let costs = if trials.is_empty() { None } else { Some(cost(&trials, prices.as_ref(), None)?) };
+    let lineage = crate::ops::lineage::report(location, false).await?;
+    let verified = last_verify(&uri, version);
+
+    let mut page = String::new();
+    head(&mut page, &format!("{} — embedding campaign", file_name(&uri)));
+    let _ = write!(page, "<h1>Embedding campaign <code>{}</code></h1>", esc(&file_name(&uri)));
+    summary(&mut page, &uri, version, rows, &commits, fingerprint.as_ref(), verified.as_ref());
+    fingerprint_section(&mut page, fingerprint.as_ref());
+    plan_section(&mut page, plan.as_ref().map(|(p, dir)| (p, dir.as_path())))?;
+    commits_section(&mut page, &commits)?;
+    trials_section(&mut page, &trials, costs.as_ref());
+    page += "<h2>Lineage</h2><table><tr><th>link</th><th>what</th><th>detail</th><th>sha256</th></tr>";
+    for l in &lineage.chain {
+        let hashes: Vec<String> = l
+            .sha256
+            .iter()
+            .map(|(f, h)| format!("{} <code>{}…</code>", esc(f), esc(h.get(..12).unwrap_or(h))))
+            .collect();
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&l.link),
+            esc(&l.name),
+            esc(&l.detail),
+            hashes.join("<br>")
+        );
+    }
+    page += "</table>";
+    verify_section(&mut page, verified.as_ref(), &uri, version);
+    let _ = writeln!(
+        page,
+        "<footer>Made by pipeline {} on {}.</footer></body></html>",
+        env!("CARGO_PKG_VERSION"),
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    Ok(page)
+}
+
+/// The plan the newest run executed (its record names it), else the one beside the dataset.
+fn plan_of(uri: &str, commits: &[Commit]) -> Option<(Plan, PathBuf)> {
+    let recorded = commits.iter().rev().filter_map(|c| c.run.as_ref()?.plan.as_ref()).map(|p| PathBuf::from(&p.path));
+    let beside = std::iter::once(crate::ops::plan::plan_dir(uri));
+    recorded
+        .chain(beside)
+        .filter(|d| d.join(PLAN_FILE).is_file())
+        .find_map(|d| Plan::read(&d).ok().map(|(p, _)| (p, d)))
+}
+
+fn file_name(uri: &str) -> String {
+    uri.trim_end_matches('/').rsplit('/').next().unwrap_or(uri).to_string()
+}
+
+/// HTML-escaped text.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A count with thousands separators.
+fn count(n: u64) -> String {
+    indicatif::HumanCount(n).to_string()
+}
+
+fn head(page: &mut String, title: &str) {
+    let _ = write!(
+        page,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>\
+         body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}\
+         h1{{font-size:1.6em}}h2{{margin-top:1.8em;border-bottom:1px solid #ccc}}\
+         table{{border-collapse:collapse;margin:.6em 0}}td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left;\
+         vertical-align:top}}th{{background:#f2f2f2}}td.n{{text-align:right}}code{{font-size:.9em}}\
+         .sound{{color:#1a7f37;font-weight:bold}}.bad{{color:#c62828;font-weight:bold}}\
+         .chart svg{{max-width:100%;height:auto}}footer{{margin-top:3em;color:#777;font-size:.85em}}\
+         </style></head><body>",
+        esc(title)
+    );
+}
+
+fn summary(
+    page: &mut String,
+    uri: &str,
+    version: u64,
+    rows: u64,
+    commits: &[Commit],
+    fp: Option<&Fingerprint>,
+    verified: Option<&VerifyReport>,
+) {
+    let runs: Vec<&RunRecord> = commits.iter().filter_map(|c| c.run.as_ref()).collect();
+    let useful: u64 = runs.iter().map(|r| r.useful_tokens).sum();
+    let processed: u64 = runs.iter().map(|r| r.processed_tokens).sum();
+    let wall: f64 = runs.iter().map(|r| r.wall_seconds).sum();
+    let mut devices: Vec<String> =
+        runs.iter().filter_map(|r| r.device.as_ref()).map(|d| format!("{} ({})", d.device, d.provider)).collect();
+    devices.dedup();
+    let _ = write!(
+        page,
+        "<table class=\"summary\"><tr><th>dataset</th><td><code>{}</code></td></tr>\
+         <tr><th>version</th><td>{version} ({} versions)</td></tr><tr><th>rows</th><td>{}</td></tr>\
+         <tr><th>model</th><td>{}</td></tr>\
+         <tr><th>useful tokens embedded</th><td>{} (padding efficiency {:.1}%)</td></tr>\
+         <tr><th>embedding wall time</th><td>{}</td></tr><tr><th>useful tokens/s (whole)</th><td>{}</td></tr>\
+         <tr><th>devices</th><td>{}</td></tr><tr><th>last verify</th><td>{}</td></tr></table>",
+        esc(uri),
+        commits.len(),
+        count(rows),
+        fp.map_or("none (not written by embed())".into(), |f| esc(&format!(
+            "{} ({}, {} dims)",
+            f.model, f.model_dtype, f.dim
+        ))),
+        count(useful),
+        if processed > 0 { 100.0 * useful as f64 / processed as f64 } else { 0.0 },
+        super::cost::duration(wall),
+        if wall > 0.0 { count((useful as f64 / wall) as u64) } else { "n/a".into() },
+        esc(&devices.join("; ")),
+        match verified {
+            Some(v) => verdict(v, version),
+            None => format!("none (<code>pipeline verify {}</code>)", esc(uri)),
+        }
+    );
+}
+
+/// The verdict of a verify of `v.version`, on a page showing `shown`.
+fn verdict(v: &VerifyReport, shown: u64) -> String {
+    let class = if v.verdict == "sound" { "sound" } else { "bad" };
+    let older = if v.version < shown {
+        format!(" (an older version: version {shown}, shown here, is not verified)")
+    } else {
+        String::new()
+    };
+    format!(
+        "<span class=\"{class}\">{}</span> at version {}, {}{older}",
+        esc(&v.verdict.to_uppercase()),
+        v.version,
+        esc(&v.checked_at)
+    )
+}
+
+fn fingerprint_section(page: &mut String, fp: Option<&Fingerprint>) {
+    *page += "<h2>Fingerprint</h2>";
+    let Some(fp) = fp else {
+        *page += "<p>The dataset holds no fingerprint: its vectors were not written by embed().</p>";
+        return;
+    };
+    *page += "<table>";
+    for (k, v) in fp.fields() {
+        let _ = write!(page, "<tr><th>{}</th><td><code>{}</code></td></tr>", esc(&k), esc(&v));
+    }
+    *page += "</table>";
+}
+
+fn plan_section(page: &mut String, plan: Option<(&Plan, &Path)>) -> Result<()> {
+    *page += "<h2>Corpus: token lengths and truncation</h2>";
+    let Some((plan, dir)) = plan else {
+        *page += "<p>No plan was found (<code>pipeline plan job.sql</code> makes one beside the output).</p>";
+        return Ok(());
+    };
+    let (h, t) = (&plan.histogram, &plan.totals);
+    let caption = crate::ops::histogram::caption(h, t);
+    let svg = crate::ops::histogram::histogram_svg_text(h.bin_width, &h.bins, h.limit, &caption)
+        .map_err(|e| Error::Internal(format!("the histogram: {e}")))?;
+    let _ = write!(
+        page,
+        "<p>From the plan <code>{}</code> ({}).</p><div class=\"chart\" id=\"histogram\">{}</div>\
+         <table><tr><th>rows</th><td class=\"n\">{}</td></tr><tr><th>texts</th><td class=\"n\">{}</td></tr>\
+         <tr><th>NULL texts</th><td class=\"n\">{}</td></tr>\
+         <tr><th>tokens in the texts</th><td class=\"n\">{}</td></tr><tr><th>tokens fed to the model</th><td class=\"n\">{}</td></tr>\
+         <tr><th>texts truncated</th><td class=\"n\">{} ({:.1}%)</td></tr><tr><th>tokens dropped</th><td class=\"n\">{} ({:.1}%)</td></tr>\
+         <tr><th>limit</th><td class=\"n\">{} tokens</td></tr></table>",
+        esc(&dir.display().to_string()),
+        esc(&plan.created),
+        inline_svg(&svg),
+        count(t.rows),
+        count(t.documents),
+        count(t.null_texts),
+        count(t.tokens_before_truncation),
+        count(t.useful_tokens),
+        count(t.truncated_documents),
+        100.0 * h.documents_over_limit,
+        count(t.dropped_tokens),
+        100.0 * h.tokens_over_limit,
+        t.max_tokens
+    );
+    Ok(())
+}
+
+/// An SVG document as an element to put in the page (without its XML declaration).
+fn inline_svg(svg: &str) -> &str {
+    svg.find("<svg").map_or(svg, |i| &svg[i..])
+}
+
+fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
+    *page += "<h2>Commits</h2>";
+    let runs: Vec<(u64, &RunRecord)> = commits.iter().filter_map(|c| Some((c.version, c.run.as_ref()?))).collect();
+    if !runs.is_empty() {
+        let labels: Vec<String> = runs.iter().map(|(v, _)| format!("v{v}")).collect();
+        let rows: Vec<f64> = runs.iter().map(|(_, r)| r.rows_written as f64).collect();
+        let rate: Vec<f64> = runs.iter().map(|(_, r)| r.useful_tokens_per_second).collect();
+        let padding: Vec<f64> = runs.iter().map(|(_, r)| 100.0 * r.padding_efficiency).collect();
+        let _ = write!(
+            page,
+            "<div class=\"chart\" id=\"timeline\">{}{}{}</div>",
+            inline_svg(&bars("Rows written per commit", &labels, &rows, "rows")?),
+            inline_svg(&bars("Useful tokens per second, per commit", &labels, &rate, "useful tokens/s")?),
+            inline_svg(&bars("Padding efficiency per commit (useful / processed tokens)", &labels, &padding, "%")?),
+        );
+    }
+    *page += "<table><tr><th>version</th><th>committed</th><th>rows written</th><th>useful tokens</th>\
+              <th>useful tokens/s</th><th>padding efficiency</th><th>truncated</th><th>wall</th><th>device</th>\
+              <th>note</th></tr>";
+    for c in commits {
+        match &c.run {
+            Some(r) => {
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                     <td class=\"n\">{:.1}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1} s</td><td>{}</td><td>{}</td></tr>",
+                    c.version,
+                    esc(&c.timestamp),
+                    count(r.rows_written),
+                    count(r.useful_tokens),
+                    count(r.useful_tokens_per_second as u64),
+                    100.0 * r.padding_efficiency,
+                    count(r.truncated_documents),
+                    r.wall_seconds,
+                    esc(&r.device.as_ref().map_or(String::new(), |d| format!("{} ({})", d.device, d.provider))),
+                    if r.last_commit { "end of a write" } else { "" }
+                );
+            }
+            None => {
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td colspan=\"8\">{}</td></tr>",
+                    c.version,
+                    esc(&c.timestamp),
+                    esc(c.other.as_deref().unwrap_or("no run record"))
+                );
+            }
+        }
+    }
+    *page += "</table>";
+    Ok(())
+}
+
+/// A bar per label, SVG text.
+fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<String> {
+    let err = |e: &dyn std::fmt::Display| Error::Internal(format!("chart {title}: {e}"));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 300)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let top = values.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.15;
+        let n = labels.len().max(1);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..n as f64, 0f64..top)
+            .map_err(|e| err(&e))?;
+        let step = (n / 20).max(1);
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n.min(20))
+            .x_label_formatter(&|x| {
+                let i = x.floor() as usize;
+                if i < labels.len() && i.is_multiple_of(step) { labels[i].clone() } else { String::new() }
+            })
+            .y_label_formatter(&|y| if top >= 10.0 { count(*y as u64) } else { format!("{y:.2}") })
+            .light_line_style(WHITE)
+            .y_desc(unit)
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(values.iter().enumerate().map(|(i, v)| {
+                Rectangle::new([(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)], RGBColor(70, 110, 180).filled())
+            }))
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Option<&CostReport>) {
+    if trials.is_empty() {
+        return;
+    }
+    *page += "<h2>Trials and costs</h2><table><tr><th>trial</th><th>device</th><th>useful tokens/s</th>\
+              <th>predicted hours (range)</th><th>cost</th><th>per million useful tokens</th><th>vectors match</th></tr>";
+    for (i, (_, t)) in trials.iter().enumerate() {
+        let row = costs.and_then(|c| c.rows.get(i));
+        let money = |x: Option<f64>| x.map_or("unpriced".into(), |x| format!("{x:.2}"));
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2} ({:.2}–{:.2})</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&t.name),
+            esc(&format!("{} ({})", t.device.device, t.device.provider)),
+            count(t.prediction.useful_tokens_per_second as u64),
+            t.prediction.seconds / 3600.0,
+            t.prediction.low_seconds / 3600.0,
+            t.prediction.high_seconds / 3600.0,
+            money(row.and_then(|r| r.cost)),
+            row.and_then(|r| r.per_million_tokens).map_or("unpriced".into(), |x| format!("{x:.4}")),
+            match t.comparison.as_ref() {
+                Some(c) if c.passed => "yes".to_string(),
+                Some(_) => "<span class=\"bad\">NO</span>".to_string(),
+                None => "not compared".to_string(),
+            }
+        );
+    }
+    *page += "</table>";
+    if let Some(c) = costs {
+        let _ = write!(
+            page,
+            "<p>Currency {}{}.</p>",
+            esc(&c.currency),
+            if c.placeholder_prices { " (placeholder prices)" } else { "" }
+        );
+    }
+}
+
+fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str, shown: u64) {
+    *page += "<h2>Last verify</h2>";
+    let Some(v) = v else {
+        let _ = write!(page, "<p>Not verified yet: <code>pipeline verify {} --job job.sql</code>.</p>", esc(uri));
+        return;
+    };
+    let _ = write!(
+        page,
+        "<p>{} ({} rows, {:.1} s). Ids: {} distinct, {} held more than once{}.</p>",
+        verdict(v, shown),
+        count(v.rows),
+        v.seconds,
+        count(v.ids.distinct),
+        count(v.ids.duplicated),
+        match (v.ids.missing, v.ids.extra) {
+            (Some(m), Some(e)) => format!("; against the corpus: {} missing, {} extra", count(m), count(e)),
+            _ => String::new(),
+        }
+    );
+    if let Some(s) = &v.sample {
+        let _ = write!(
+            page,
+            "<p>Sample of {} rows (seed {}) embedded again on {}; the vectors were made on {}.</p>\
+             <table><tr><th>stratum</th><th>rows</th><th>min cosine</th><th>max abs difference</th><th>below {}</th></tr>",
+            s.rows,
+            s.seed,
+            esc(&s.checked_on.device),
+            esc(&s.made_on.as_ref().map_or("unknown".into(), |d| d.device.clone())),
+            s.min_cosine_threshold
+        );
+        for k in s.strata.iter().filter(|k| k.candidates > 0) {
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                esc(&k.name),
+                k.rows,
+                k.min_cosine.map_or("n/a".into(), |c| format!("{c:.7}")),
+                k.max_abs_diff.map_or("n/a".into(), |d| format!("{d:.2e}")),
+                k.below
+            );
+        }
+        *page += "</table>";
+    }
+    let lines = v.findings.iter().map(|f| ("bad", "FINDING", f)).chain(
+        v.cannot_check.iter().map(|c| ("bad", "CANNOT CHECK", c)).chain(v.notes.iter().map(|n| ("", "note", n))),
+    );
+    let mut any = false;
+    for (class, label, text) in lines {
+        if !any {
+            *page += "<ul>";
+            any = true;
+        }
+        let _ = write!(page, "<li><span class=\"{class}\">{label}</span>: {}</li>", esc(text));
+    }
+    if any {
+        *page += "</ul>";
+    }
+}

@@ -1,0 +1,773 @@
+//! Verify a dataset: is it the whole corpus, is every vector sound, and can it be reproduced? Every id once
+//! (and, with the job, every id of its corpus, none other); no NaN, infinite or zero vectors, norms as the
+//! fingerprint says; no version written around the pipeline; a seeded sample, stratified by token length,
+//! embedded again with the recorded model directory and compared; the lineage chain.
+//!
+//! [`verify`] → [`VerifyReport`], whose verdict is `sound`, `findings` or `cannot check`; [`save`] keeps it
+//! beside a local dataset, where [`last_verify`] finds it (`pipeline report` shows it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::prelude::DataFrame;
+use futures::StreamExt;
+use lance::datafusion::LanceTableProvider;
+use serde::{Deserialize, Serialize};
+
+use super::Reporter;
+use super::lineage::Check;
+use super::plan::{JobWrites, load_job};
+use super::sample::{Lowest, seeded_rank};
+use crate::campaign::{DeviceInfo, Fingerprint};
+use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
+use crate::lance::inspect::id_counts;
+use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
+use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
+use crate::lance::{open_dataset, quote_ident};
+use crate::model::TextEmbedder;
+use crate::{Error, Result};
+
+/// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
+/// shows the one of the version it shows).
+pub const VERIFY_SUFFIX: &str = ".verify.json";
+
+/// What to verify, and how.
+#[derive(Debug, Clone)]
+pub struct VerifyArgs {
+    /// `path`, `path@version` or `path@tag`.
+    pub dataset: String,
+    /// The job that made it: its corpus's ids and texts.
+    pub job: Option<PathBuf>,
+    /// Rows to embed again (0: none).
+    pub sample: u64,
+    pub seed: u64,
+    /// Smallest cosine between a stored vector and its re-embedding.
+    pub min_cosine: f64,
+    /// The model directory, where the run records do not name it.
+    pub model: Option<PathBuf>,
+    /// Where the sample is embedded (default cpu).
+    pub device: Option<String>,
+    pub id_column: String,
+    pub column: String,
+}
+
+/// What `pipeline verify` found. Kept beside a local dataset in `<dataset>.verify.json`, with the results of the
+/// other versions checked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerifyReport {
+    pub dataset: String,
+    pub version: u64,
+    pub rows: u64,
+    /// When it was checked (UTC, RFC 3339).
+    pub checked_at: String,
+    pub tool_version: String,
+    pub fingerprint: Option<Fingerprint>,
+    pub ids: IdFindings,
+    pub vectors: VectorFindings,
+    /// Versions that changed rows with no run record: written around the pipeline.
+    pub outside_writes: Vec<OutsideWrite>,
+    /// The re-embedded sample; null when none was drawn (no --job, or --sample 0).
+    pub sample: Option<SampleFindings>,
+    /// The lineage chain, each link checked.
+    pub lineage: Vec<Check>,
+    /// Faults found, in words.
+    pub findings: Vec<String>,
+    /// Checks asked for that could not be made, in words.
+    pub cannot_check: Vec<String>,
+    /// Checks not made, and why (nothing asked them), in words.
+    pub notes: Vec<String>,
+    /// 'sound', 'findings' or 'cannot check'.
+    pub verdict: String,
+    pub seconds: f64,
+    /// The process's peak resident memory, bytes.
+    pub peak_memory_bytes: u64,
+}
+
+/// The ids: each once, and with the job, the corpus's and no other.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IdFindings {
+    pub column: String,
+    pub distinct: u64,
+    pub null_ids: u64,
+    /// Ids held more than once, and how many such ids.
+    pub duplicated: u64,
+    pub duplicated_examples: Vec<String>,
+    /// The job whose corpus the ids were checked against.
+    pub job: Option<String>,
+    pub source_rows: Option<u64>,
+    /// Ids of the corpus the dataset lacks.
+    pub missing: Option<u64>,
+    pub missing_examples: Vec<String>,
+    /// Ids of the dataset the corpus lacks.
+    pub extra: Option<u64>,
+    pub extra_examples: Vec<String>,
+}
+
+/// The sample embedded again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SampleFindings {
+    pub model_dir: String,
+    pub seed: u64,
+    /// Rows asked for, and rows compared.
+    pub requested: u64,
+    pub rows: u64,
+    pub min_cosine_threshold: f64,
+    /// Where the stored vectors were made (the newest run record's device), and where the sample was.
+    pub made_on: Option<DeviceInfo>,
+    pub checked_on: DeviceInfo,
+    /// Same execution provider and device: the vectors should agree to rounding.
+    pub same_device: bool,
+    pub strata: Vec<StratumCheck>,
+    /// Sampled ids whose re-embedding is below the threshold.
+    pub below: u64,
+    pub below_examples: Vec<String>,
+    /// Sampled ids of the corpus that the dataset lacks or holds a NULL vector for (its text is not NULL).
+    pub not_stored: u64,
+    /// Over the whole sample.
+    pub min_cosine: Option<f64>,
+    pub max_abs_diff: Option<f64>,
+}
+
+/// The sample's rows in one band of token lengths.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StratumCheck {
+    /// E.g. `33-64 tokens`, or `past the 256-token limit`.
+    pub name: String,
+    /// Texts of the corpus's candidate subset in the band, and rows compared from it.
+    pub candidates: u64,
+    pub rows: u64,
+    pub min_cosine: Option<f64>,
+    pub mean_cosine: Option<f64>,
+    pub max_abs_diff: Option<f64>,
+    pub below: u64,
+}
+
+/// Keep the report beside a local dataset with those of the other versions checked: the newest check of each
+/// version, so that checking an old version does not hide the newest's result.
+pub fn save(report: &VerifyReport) -> Result<Option<PathBuf>> {
+    let Some(path) = verify_path(&report.dataset) else { return Ok(None) };
+    let mut kept = saved_results(&path);
+    kept.retain(|r| r.version != report.version);
+    kept.push(report.clone());
+    kept.sort_by_key(|r| r.version);
+    // Written whole, then renamed over the old file: an interrupted save leaves the old results.
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, serde_json::to_string_pretty(&kept)?)
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| Error::file(format!("cannot save the result to {}", path.display()), e))?;
+    Ok(Some(path))
+}
+
+/// The file beside a local dataset (its real place, a link resolved, so that each of its names finds the same
+/// file) that keeps its verify results; none for a dataset in an object store.
+pub fn verify_path(uri: &str) -> Option<PathBuf> {
+    if !crate::session::stores::is_local(uri) {
+        return None;
+    }
+    let path = uri.strip_prefix("file://").unwrap_or(uri);
+    let path = Path::new(path.trim_end_matches('/'));
+    let mut file = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).into_os_string();
+    file.push(VERIFY_SUFFIX);
+    Some(file.into())
+}
+
+/// The verify results kept in `file`, oldest version first (none when there is no file or it cannot be read).
+fn saved_results(file: &Path) -> Vec<VerifyReport> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Saved {
+        Versions(Vec<VerifyReport>),
+        One(Box<VerifyReport>),
+    }
+    match std::fs::read(file).ok().and_then(|b| serde_json::from_slice::<Saved>(&b).ok()) {
+        Some(Saved::Versions(v)) => v,
+        Some(Saved::One(r)) => vec![*r],
+        None => Vec::new(),
+    }
+}
+
+/// The result of the newest check of `version` or of the newest version before it, kept beside the dataset at
+/// `uri`.
+pub fn last_verify(uri: &str, version: u64) -> Option<VerifyReport> {
+    saved_results(&verify_path(uri)?).into_iter().filter(|r| r.version <= version).max_by_key(|r| r.version)
+}
+
+/// Check the dataset, telling `reporter` each stage as a note. It writes nothing: [`save`] keeps the report.
+pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<VerifyReport> {
+    let stage = |what: &str| reporter.note(what);
+    crate::campaign::memory::mark_before_load();
+    let started = Instant::now();
+    let (ds, fp) = open_checked(args).await?;
+    let version = ds.version().version;
+    let uri = ds.uri().trim_end_matches('/').to_string();
+    let mut words = Words::default();
+
+    // The corpus: its ids against the dataset's, and the sample's texts.
+    let mut ids = IdFindings { column: args.id_column.clone(), ..Default::default() };
+    let drawn = match &args.job {
+        Some(job) => corpus(job, args, (&uri, &ds, &fp), &mut ids, &mut words, &stage).await?,
+        None => {
+            words.notes.push(
+                "the ids were not checked against the corpus, and no sample was embedded again: give the job that \
+                 made the dataset with --job"
+                    .into(),
+            );
+            None
+        }
+    };
+
+    // One pass over the vectors, keeping the sample's.
+    let wanted: HashSet<String> = drawn.iter().flat_map(|d: &Drawn| d.rows.iter().map(|r| r.id.clone())).collect();
+    stage(&format!("reading the ids and vectors of version {version}"));
+    let scan = scan_vectors(&ds, &args.id_column, &args.column, fp.normalize, &wanted).await?;
+    if scan.vectors.dim != fp.dim {
+        words.findings.push(format!("the vectors have {} values, the fingerprint says {}", scan.vectors.dim, fp.dim));
+    }
+    words.findings.extend(scan.vectors.faults());
+    check_ids(&ds, &mut ids, &mut words.findings).await?;
+
+    let outside = outside_writes(&ds, version).await?;
+    for w in &outside {
+        words.findings.push(format!(
+            "version {} ({}, {}) changed rows outside the pipeline (it has no run record), so nothing says how its \
+             vectors were made",
+            w.version, w.operation, w.timestamp
+        ));
+    }
+
+    let sample = match drawn {
+        Some(d) => {
+            stage(&format!("embedding {} sampled rows again on {}", d.rows.len(), d.embedder.device().device));
+            Some(check_sample(d, &scan.stored, &fp, args, &mut words.findings).await?)
+        }
+        None => None,
+    };
+
+    stage("checking the lineage");
+    let lineage = check_lineage(&args.dataset, &mut words).await?;
+    Ok(VerifyReport {
+        dataset: uri,
+        version,
+        rows: scan.vectors.rows,
+        checked_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        fingerprint: Some(fp),
+        ids,
+        vectors: scan.vectors,
+        outside_writes: outside,
+        sample,
+        lineage,
+        verdict: words.verdict().to_string(),
+        findings: words.findings,
+        cannot_check: words.cannot_check,
+        notes: words.notes,
+        seconds: started.elapsed().as_secs_f64(),
+        peak_memory_bytes: crate::campaign::memory::peak().unwrap_or(0),
+    })
+}
+
+/// What the checks say in words: faults found, checks asked for that could not be made, checks not made.
+#[derive(Default)]
+struct Words {
+    findings: Vec<String>,
+    cannot_check: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Words {
+    fn verdict(&self) -> &'static str {
+        if !self.findings.is_empty() {
+            "findings"
+        } else if !self.cannot_check.is_empty() {
+            "cannot check"
+        } else {
+            "sound"
+        }
+    }
+}
+
+/// The dataset and its fingerprint, refused when it has none or lacks the id column.
+async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint)> {
+    let ds = open_dataset(&args.dataset).await?;
+    let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
+        Error::Refused(format!(
+            "{}: the dataset holds no fingerprint (it was not written by embed()), so there is nothing to check its \
+             vectors against",
+            args.dataset
+        ))
+    })?;
+    if ds.schema().field(&args.id_column).is_none() {
+        return Err(Error::Refused(format!(
+            "{}: has no id column `{}` (give it with --id-column)",
+            args.dataset, args.id_column
+        )));
+    }
+    Ok((ds, fp))
+}
+
+/// The job's corpus: its ids against the dataset's (into `ids`), and the sample drawn from its texts, with the
+/// model that makes them again (none when no sample is asked, or it cannot be made: `words` says why).
+async fn corpus(
+    job: &Path,
+    args: &VerifyArgs,
+    (uri, ds, fp): (&str, &lance::Dataset, &Fingerprint),
+    ids: &mut IdFindings,
+    words: &mut Words,
+    stage: &dyn Fn(&str),
+) -> Result<Option<Drawn>> {
+    stage(&format!("reading the corpus of {}", job.display()));
+    let (source_ids, candidates) = read_job(job, args, uri, ds, words).await?;
+    ids.job = Some(job.display().to_string());
+    (ids.source_rows, ids.missing, ids.missing_examples, ids.extra, ids.extra_examples) = source_ids;
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    stage(&format!("counting the tokens of {} candidates for the sample", candidates.len()));
+    match prepare_sample(args, ds, fp, candidates).await {
+        Ok(Ok(d)) => return Ok(Some(d)),
+        Ok(Err(finding)) if args.model.is_none() => words.findings.push(finding),
+        Ok(Err(why)) => words.cannot_check.push(format!("the sample: --model {why}")),
+        Err(e) => words.cannot_check.push(format!("the sample cannot be embedded again: {}", e.chain_text())),
+    }
+    Ok(None)
+}
+
+/// Each id once, none NULL; and with the job, the corpus's ids, none missing and none other.
+async fn check_ids(ds: &lance::Dataset, ids: &mut IdFindings, findings: &mut Vec<String>) -> Result<()> {
+    let counts = id_counts(Arc::new(ds.clone()), &ids.column, EXAMPLES).await?;
+    (ids.distinct, ids.null_ids, ids.duplicated, ids.duplicated_examples) =
+        (counts.distinct, counts.nulls, counts.duplicated, counts.duplicated_examples);
+    if ids.null_ids > 0 {
+        findings.push(format!("{} rows have a NULL id", ids.null_ids));
+    }
+    if ids.duplicated > 0 {
+        findings.push(format!("{} ids are held more than once{}", ids.duplicated, examples(&ids.duplicated_examples)));
+    }
+    if let Some(n) = ids.missing.filter(|n| *n > 0) {
+        findings.push(format!("{n} ids of the corpus are missing{}", examples(&ids.missing_examples)));
+    }
+    if let Some(n) = ids.extra.filter(|n| *n > 0) {
+        findings.push(format!("{n} ids are not in the corpus{}", examples(&ids.extra_examples)));
+    }
+    Ok(())
+}
+
+/// The sample embedded again and compared; what differs is a finding.
+async fn check_sample(
+    d: Drawn,
+    stored: &HashMap<String, Option<Vec<f32>>>,
+    fp: &Fingerprint,
+    args: &VerifyArgs,
+    findings: &mut Vec<String>,
+) -> Result<SampleFindings> {
+    let s = compare_sample(d, stored, fp, args).await?;
+    if s.below > 0 {
+        findings.push(format!(
+            "{} of {} sampled vectors differ from their re-embedding (cosine below {}){}",
+            s.below,
+            s.rows,
+            s.min_cosine_threshold,
+            examples(&s.below_examples)
+        ));
+    }
+    if s.not_stored > 0 {
+        findings.push(format!("{} sampled texts have no vector in the dataset", s.not_stored));
+    }
+    Ok(s)
+}
+
+/// The lineage chain, each link checked: a broken link is a finding, a model directory gone cannot be checked.
+async fn check_lineage(dataset: &str, words: &mut Words) -> Result<Vec<Check>> {
+    let lineage = super::lineage::report(dataset, true).await?;
+    let gone = lineage.model_dir.as_deref().filter(|d| !Path::new(d).exists()).map(str::to_string);
+    for c in &lineage.checks {
+        match c.status.as_str() {
+            "BROKEN" if c.link == "model directory" && gone.is_some() => words.cannot_check.push(format!(
+                "lineage: the model directory {} is gone, so its files cannot be checked",
+                gone.as_deref().unwrap_or_default()
+            )),
+            "BROKEN" => words.findings.push(format!("lineage broken at {}: {}", c.link, c.detail)),
+            "unchecked" => words.notes.push(format!("lineage: {} unchecked: {}", c.link, c.detail)),
+            _ => {}
+        }
+    }
+    Ok(lineage.checks)
+}
+
+/// What the corpus's ids say: rows, then missing and extra ids with examples.
+type SourceIds = (Option<u64>, Option<u64>, Vec<String>, Option<u64>, Vec<String>);
+
+/// A text of the corpus that may be sampled: its id, its text, and its place in the seeded order.
+struct Candidate {
+    id: String,
+    text: String,
+    rank: u64,
+}
+
+/// The job's write into this dataset (else its first write into Lance): its ids against the dataset's, and the
+/// candidates for the sample (the texts of the ids lowest in the seeded order, 16 times the sample at most).
+async fn read_job(
+    job: &Path,
+    args: &VerifyArgs,
+    uri: &str,
+    ds: &lance::Dataset,
+    words: &mut Words,
+) -> Result<(SourceIds, Vec<Candidate>)> {
+    let (session, statements) = load_job(job)?;
+    let mut writes = JobWrites::new(job, &session, &statements);
+    let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    let mut chosen = None;
+    while let Some((stmt, write, target)) = writes.next().await? {
+        let here = real(&target.uri) == real(uri);
+        if chosen.is_none() || here {
+            chosen = Some((stmt, write, target));
+        }
+        if here {
+            break;
+        }
+    }
+    let Some((stmt, _, target)) = chosen else {
+        return Err(Error::Refused(format!(
+            "{} writes nothing into Lance (COPY … STORED AS LANCE): it is not a campaign",
+            job.display()
+        )));
+    };
+    if real(&target.uri) != real(uri) {
+        words.notes.push(format!(
+            "the job does not write this dataset (its first write is into {}); that write's corpus was checked against it",
+            target.uri
+        ));
+    }
+    let ctx = session.context();
+    let fail = |e: datafusion::error::DataFusionError| writes.fail(stmt, &e);
+    let ids = source_ids(ctx, &target.input, &args.id_column, ds, &fail).await?;
+    if args.sample == 0 {
+        return Ok((ids, Vec::new()));
+    }
+    // The texts, as the write's query computes them beside its ids.
+    let Some(texts) = texts_plan(&target.input, &args.id_column) else {
+        words.cannot_check.push(format!(
+            "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \
+             its texts cannot be read beside their ids",
+            target.uri
+        ));
+        return Ok((ids, Vec::new()));
+    };
+    let candidates = candidates(DataFrame::new(ctx.state(), texts), args, &fail).await?;
+    Ok((ids, candidates))
+}
+
+/// The ids of the write's query (`input`) against the dataset's: rows, then missing and extra ids.
+async fn source_ids(
+    ctx: &datafusion::prelude::SessionContext,
+    input: &LogicalPlan,
+    id_column: &str,
+    ds: &lance::Dataset,
+    fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
+) -> Result<SourceIds> {
+    let id = quote_ident(id_column);
+    let source = DataFrame::new(ctx.state(), input.clone()).select_columns(&[id_column]).map_err(fail)?;
+    ctx.register_table("__verify_source", source.into_view())?;
+    ctx.register_table("__verify_dataset", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
+    let (missing, missing_ex) = distinct_ids(
+        ctx,
+        &format!(
+            "SELECT DISTINCT s.{id} FROM __verify_source s LEFT ANTI JOIN __verify_dataset d ON s.{id} = d.{id} \
+             WHERE s.{id} IS NOT NULL"
+        ),
+    )
+    .await
+    .map_err(fail)?;
+    let (extra, extra_ex) = distinct_ids(
+        ctx,
+        &format!(
+            "SELECT DISTINCT d.{id} FROM __verify_dataset d LEFT ANTI JOIN __verify_source s ON d.{id} = s.{id} \
+             WHERE d.{id} IS NOT NULL"
+        ),
+    )
+    .await?;
+    let source_rows = ctx.sql("SELECT count(*) FROM __verify_source").await?.collect().await?;
+    let source_rows = source_rows
+        .first()
+        .and_then(|b| b.column(0).as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
+        .map_or(0, |a| a.value(0).max(0) as u64);
+    Ok((Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex))
+}
+
+/// The texts of `texts` (ids first, texts second) whose ids are lowest in the seeded order, 16 times the
+/// sample at most: streamed, so that only those are held.
+async fn candidates(
+    texts: DataFrame,
+    args: &VerifyArgs,
+    fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
+) -> Result<Vec<Candidate>> {
+    let mut lowest = Lowest::new(16 * args.sample as usize);
+    let mut stream = texts.execute_stream().await.map_err(fail)?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(fail)?;
+        let ids = cast(batch.column(0), &DataType::Utf8)?;
+        let ids = ids.as_string::<i32>();
+        let texts = crate::udf::embed::string_values(batch.column(1))?;
+        for (i, t) in texts.into_iter().enumerate() {
+            let (Some(t), true) = (t, ids.is_valid(i)) else { continue };
+            lowest.offer(seeded_rank(args.seed, ids.value(i)), || (ids.value(i).to_string(), t.to_string()));
+        }
+    }
+    Ok(lowest.into_vec().into_iter().map(|(rank, (id, text))| Candidate { id, text, rank }).collect())
+}
+
+/// The write's ids and texts: its query with `embed(text)` replaced by `text` (the id first, the text second),
+/// where the query is one projection holding the call.
+fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
+    let LogicalPlan::Projection(p) = input else { return None };
+    let (mut id, mut text) = (None, None);
+    let id_column = p.schema.fields().iter().position(|f| f.name() == id_column);
+    for (i, e) in p.expr.iter().enumerate() {
+        let e = e.clone().unalias();
+        if Some(i) == id_column {
+            id = Some(e.clone());
+        }
+        if let Expr::ScalarFunction(f) = &e
+            && f.name() == "embed"
+        {
+            text = f.args.first().cloned();
+        }
+    }
+    LogicalPlanBuilder::from(p.input.as_ref().clone())
+        .project(vec![id?.alias("__verify_id"), text?.alias("__verify_text")])
+        .ok()?
+        .build()
+        .ok()
+}
+
+/// The sample drawn, by stratum, with the embedder that makes it again.
+struct Drawn {
+    rows: Vec<SampleRow>,
+    strata: Vec<(String, u64)>,
+    embedder: Arc<crate::model::Embedder>,
+    settings: crate::model::CallSettings,
+    model_dir: PathBuf,
+    made_on: Option<DeviceInfo>,
+}
+
+struct SampleRow {
+    id: String,
+    text: String,
+    stratum: usize,
+}
+
+/// Load the recorded model (refused with a finding when it no longer gives the dataset's fingerprint), count
+/// the candidates' tokens, and take the sample: bands of token length doubling up to the limit, and the texts
+/// past it, each given an equal share, lowest seeded rank first.
+async fn prepare_sample(
+    args: &VerifyArgs,
+    ds: &lance::Dataset,
+    fp: &Fingerprint,
+    candidates: Vec<Candidate>,
+) -> Result<std::result::Result<Drawn, String>> {
+    let newest = newest_run_record(ds, ds.version().version, |r| r.model_dir.is_some()).await?;
+    let made_on =
+        newest_run_record(ds, ds.version().version, |r| r.device.is_some()).await?.and_then(|(_, r)| r.device);
+    let model_dir = match (&args.model, newest.and_then(|(_, r)| r.model_dir)) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(dir)) => PathBuf::from(dir),
+        (None, None) => {
+            return Err(Error::Refused(
+                "the run records do not say where the model is (written by an older version); give it with --model DIR"
+                    .into(),
+            ));
+        }
+    };
+    if !model_dir.is_dir() {
+        return Err(Error::Refused(format!(
+            "the model directory {} is gone; give it with --model DIR",
+            model_dir.display()
+        )));
+    }
+    let mut options = crate::lance::search::options_for(fp, &model_dir);
+    if let Some(device) = &args.device {
+        options.device = device.clone();
+    }
+    let (settings, now) = crate::campaign::Fingerprint::for_options(&options)
+        .map_err(|e| e.context(format!("the model directory {}", model_dir.display())))?;
+    let differences = fp.differences(&now);
+    if !differences.is_empty() {
+        let fields: Vec<String> =
+            differences.iter().map(|(k, a, b)| format!("{k} (the dataset's {a}, now {b})")).collect();
+        return Ok(Err(format!(
+            "the model directory {} no longer makes these vectors: {}",
+            model_dir.display(),
+            fields.join("; ")
+        )));
+    }
+    let embedder = options.embedder()?;
+    let texts: Vec<Option<&str>> = candidates.iter().map(|c| Some(c.text.as_str())).collect();
+    let counts = {
+        let (e, s) = (Arc::clone(&embedder), settings.clone());
+        let texts: Vec<Option<String>> = texts.iter().map(|t| t.map(str::to_string)).collect();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
+            e.token_counts(&refs, &s)
+        })
+        .await??
+    };
+    let (rows, strata) = draw(candidates, &counts, fp.max_tokens.max(1), args.sample as usize);
+    Ok(Ok(Drawn { rows, strata, embedder, settings, model_dir, made_on }))
+}
+
+/// The sample of `n` rows: bands of token length doubling up to `limit`, and the texts past it, each given
+/// an equal share, lowest seeded rank first. `counts` are the candidates' (kept, dropped) token counts.
+fn draw(
+    candidates: Vec<Candidate>,
+    counts: &[(usize, usize)],
+    limit: usize,
+    n: usize,
+) -> (Vec<SampleRow>, Vec<(String, u64)>) {
+    let mut bands: Vec<(usize, usize)> = Vec::new();
+    let mut low = 1;
+    let mut high = 16.min(limit);
+    loop {
+        bands.push((low, high));
+        if high >= limit {
+            break;
+        }
+        (low, high) = (high + 1, (high * 2).min(limit));
+    }
+    let mut names: Vec<String> = bands.iter().map(|(a, b)| format!("{a}-{b} tokens")).collect();
+    names.push(format!("past the {limit}-token limit"));
+    let stratum_of = |(kept, dropped): (usize, usize)| {
+        if dropped > 0 { bands.len() } else { bands.iter().position(|(_, b)| kept <= *b).unwrap_or(bands.len() - 1) }
+    };
+    let mut by_stratum: Vec<Vec<(u64, usize)>> = vec![Vec::new(); names.len()];
+    for (i, c) in candidates.iter().enumerate() {
+        by_stratum[stratum_of(counts[i])].push((c.rank, i));
+    }
+    let quotas = shares(&by_stratum.iter().map(Vec::len).collect::<Vec<_>>(), n);
+    let mut rows = Vec::new();
+    let mut strata = Vec::new();
+    let mut candidates: Vec<Option<Candidate>> = candidates.into_iter().map(Some).collect();
+    for (k, mut members) in by_stratum.into_iter().enumerate() {
+        strata.push((names[k].clone(), members.len() as u64));
+        members.sort_unstable();
+        for (_, i) in members.into_iter().take(quotas[k]) {
+            if let Some(c) = candidates[i].take() {
+                rows.push(SampleRow { id: c.id, text: c.text, stratum: k });
+            }
+        }
+    }
+    (rows, strata)
+}
+
+/// Rows to take from strata of `sizes` rows for a sample of `n`: equal shares, what a small stratum cannot
+/// fill going to the others.
+fn shares(sizes: &[usize], n: usize) -> Vec<usize> {
+    let mut out = vec![0; sizes.len()];
+    let mut order: Vec<usize> = (0..sizes.len()).filter(|&k| sizes[k] > 0).collect();
+    order.sort_by_key(|&k| sizes[k]);
+    let mut left = n;
+    for (j, &k) in order.iter().enumerate() {
+        let share = left.div_ceil(order.len() - j);
+        out[k] = share.min(sizes[k]);
+        left -= out[k].min(left);
+    }
+    out
+}
+
+/// Embed the sample again and compare it with the stored vectors, stratum by stratum.
+async fn compare_sample(
+    d: Drawn,
+    stored: &HashMap<String, Option<Vec<f32>>>,
+    fp: &Fingerprint,
+    args: &VerifyArgs,
+) -> Result<SampleFindings> {
+    let Drawn { rows, strata, embedder, settings, model_dir, made_on } = d;
+    let texts: Vec<String> = rows.iter().map(|r| r.text.clone()).collect();
+    let e = Arc::clone(&embedder);
+    let vectors = tokio::task::spawn_blocking(move || {
+        let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+        e.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::campaign::interrupt::stop_requested)
+    })
+    .await??;
+    let dim = if rows.is_empty() { 1 } else { vectors.vectors.len() / rows.len() };
+    let mut checks: Vec<StratumCheck> = strata
+        .into_iter()
+        .map(|(name, candidates)| StratumCheck {
+            name,
+            candidates,
+            rows: 0,
+            min_cosine: None,
+            mean_cosine: None,
+            max_abs_diff: None,
+            below: 0,
+        })
+        .collect();
+    let mut sums = vec![0f64; checks.len()];
+    let (mut below, mut below_examples, mut not_stored) = (0u64, Vec::new(), 0u64);
+    // float16 storage: the fresh vector is rounded as the stored one was.
+    let round = fp.dtype == "float16";
+    for (i, row) in rows.iter().enumerate() {
+        let Some(Some(old)) = stored.get(&row.id) else {
+            not_stored += 1;
+            continue;
+        };
+        let mut new = vectors.vectors[i * dim..(i + 1) * dim].to_vec();
+        if round {
+            new.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+        }
+        let (cos, diff) = cosine_and_max_diff(old, &new);
+        let s = &mut checks[row.stratum];
+        s.rows += 1;
+        s.min_cosine = Some(s.min_cosine.map_or(cos, |m| m.min(cos)));
+        s.max_abs_diff = Some(s.max_abs_diff.map_or(diff, |m| m.max(diff)));
+        sums[row.stratum] += cos;
+        if cos < args.min_cosine {
+            s.below += 1;
+            below += 1;
+            if below_examples.len() < EXAMPLES {
+                below_examples.push(row.id.clone());
+            }
+        }
+    }
+    for (s, sum) in checks.iter_mut().zip(sums) {
+        if s.rows > 0 {
+            s.mean_cosine = Some(sum / s.rows as f64);
+        }
+    }
+    let checked_on = embedder.device().clone();
+    let same_device =
+        made_on.as_ref().is_some_and(|m| m.provider == checked_on.provider && m.device == checked_on.device);
+    let min = |f: fn(&StratumCheck) -> Option<f64>, pick: fn(f64, f64) -> f64| checks.iter().filter_map(f).reduce(pick);
+    Ok(SampleFindings {
+        model_dir: model_dir.display().to_string(),
+        seed: args.seed,
+        requested: args.sample,
+        rows: checks.iter().map(|s| s.rows).sum(),
+        min_cosine_threshold: args.min_cosine,
+        made_on,
+        checked_on,
+        same_device,
+        min_cosine: min(|s| s.min_cosine, f64::min),
+        max_abs_diff: min(|s| s.max_abs_diff, f64::max),
+        strata: checks,
+        below,
+        below_examples,
+        not_stored,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_small_stratum_leaves_its_share_to_the_others() {
+        assert_eq!(super::shares(&[30, 5000, 0, 5000], 1000), vec![30, 485, 0, 485]);
+        assert_eq!(super::shares(&[3, 4], 1000), vec![3, 4]);
+        assert_eq!(super::shares(&[100, 100, 100], 10), vec![4, 3, 3]);
+        assert_eq!(super::shares(&[], 10), Vec::<usize>::new());
+    }
+}
