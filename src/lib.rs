@@ -1,21 +1,21 @@
 //! embedding-pipeline: embedding campaigns over text corpora with SQL, into versioned Lance datasets.
 //!
 //! The crate is laid out by the outside library each part talks to:
-//! - [`campaign`]: the fingerprint that makes vectors comparable, and per-run records.
+//! - [`campaign`]: the fingerprint that makes vectors comparable, per-run records, what a session has done so far
+//!   ([`campaign::metrics`]) and the process's memory ([`campaign::memory`]).
 //! - [`model`]: ONNX Runtime (through `ort`) and `tokenizers`; no DataFusion.
 //! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
 //! - [`exec`]: the write path's execution nodes: the length-ordering stage ahead of `embed()`, a plan's work
 //!   list, `embed()` a model call at a time, and the optimizer rule that places them.
 //! - [`lance`]: Lance tables (`STORED AS LANCE`), the streaming Lance sink behind `COPY … STORED AS LANCE`, what
 //!   a dataset records of its history ([`lance::records`]), and search by a query text ([`lance::search`]).
-//! - [`sources`]: JSON lines folders (`.jsonl`, `.ndjson`) as `STORED AS JSON` tables.
-//! - [`memory`]: the process's memory from `/proc` (peaks for probes and run records), and sizes.
-//! - [`session`]: a DataFusion session with all of the above registered.
-//! - [`script`]: splitting a `.sql` job file into statements with their line numbers.
+//! - [`session`]: a DataFusion session with all of the above registered, and what it reads through: folders of
+//!   JSON lines ([`session::sources`]) and object stores ([`session::stores`]).
 //! - [`cluster`]: the Ballista scheduler and executor processes, and what crosses between them.
-//! - [`ops`]: the campaign operations (run, plan, probe, trial, cost, lineage) as a library: typed settings in,
-//!   a typed report out, progress told to a [`ops::Reporter`].
-//! - [`cli`]: the `pipeline` command: arguments, printing, and the operations not yet in [`ops`].
+//! - [`ops`]: the campaign operations (run, plan, probe, trial, cost, lineage, verify, evaluate, the report page,
+//!   the model checks, texts embedded directly) as a library: typed settings in, a typed report out, progress
+//!   told to a [`ops::Reporter`]; and a job's text split into statements ([`ops::script`]).
+//! - [`cli`]: the `pipeline` command: arguments, dispatch and printing of what the library returns.
 
 pub mod campaign;
 pub mod cli;
