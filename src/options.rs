@@ -8,7 +8,7 @@ use datafusion::common::extensions_options;
 use datafusion::error::DataFusionError;
 
 use crate::error::{Error, Result};
-use crate::model::settings::ModelDefaults;
+use crate::model::spec::ModelDefaults;
 use crate::model::{CallSettings, Device, Embedder, Order, Placement, Pooling, TruncationSide, registry};
 
 extensions_options! {

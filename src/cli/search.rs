@@ -79,7 +79,7 @@ impl SearchArgs {
 pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
     let mut batch = nearest(&args.request()).await?;
     if let Some(source) = &args.join {
-        batch = crate::lance::search::join_source(batch, source, &args.id_column).await?;
+        batch = crate::ops::search::join_source(batch, source, &args.id_column).await?;
     }
     if args.json {
         // Every column on every row: a hit the --join source lacks shows its columns as null, not missing.

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod codec;
 pub mod process;
+pub mod session;
 pub mod write;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};

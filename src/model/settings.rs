@@ -15,17 +15,6 @@ pub enum Order {
 /// Rows per model call in the 'original' order: sentence-transformers' default batch size.
 pub const ORIGINAL_BATCH_ROWS: usize = 32;
 
-/// What a model directory says about the settings, before a campaign's options override them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelDefaults {
-    /// `max_seq_length`.
-    pub max_tokens: usize,
-    pub pooling: Pooling,
-    pub normalize: bool,
-    /// The tokenizer's `truncation_side`.
-    pub truncation: TruncationSide,
-}
-
 /// The settings that shape each model call, resolved against the model's own configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallSettings {

@@ -8,7 +8,6 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::model::pooling::PoolingMode;
-use crate::model::settings::ModelDefaults;
 use crate::model::{Pooling, TruncationSide};
 
 /// What a sentence-transformers directory says about its model. Loading it reads only small JSON
@@ -274,6 +273,17 @@ fn read_prompts(dir: &Path, dim: usize) -> Result<(BTreeMap<String, String>, Opt
         ));
     }
     Ok((st.prompts, default_prompt_name))
+}
+
+/// What a model directory says about the settings, before a campaign's options override them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDefaults {
+    /// `max_seq_length`.
+    pub max_tokens: usize,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// The tokenizer's `truncation_side`.
+    pub truncation: TruncationSide,
 }
 
 impl ModelSpec {

@@ -25,13 +25,11 @@ use crate::session::EmbedSession;
 use crate::{Error, Result};
 
 /// A session with the job's set-up done (its SET, RESET, CREATE and DROP statements, by the walk the other
-/// preparations use), and the source table: `table` if given, else the job's first source that is not Lance.
+/// preparations use; its writes and Lance tables left alone), and the source table: `table` if given, else the
+/// job's first source that is not Lance.
 pub async fn prepare(file: &Path, table: Option<&str>) -> Result<(EmbedSession, String)> {
     let (session, statements) = load_job(file)?;
-    let mut writes = JobWrites::new(file, &session, &statements);
-    while writes.next().await?.is_some() {}
-    let first = writes.first_source().map(str::to_string);
-    drop(writes);
+    let first = JobWrites::new(file, &session, &statements).run_setup().await?;
     let table = table
         .map(str::to_string)
         .or(first)

@@ -23,6 +23,7 @@
 //!   ([`verify::verify`] → [`verify::VerifyReport`], kept beside the dataset by [`verify::save`]);
 //! - [`histogram`] and [`json_lines`]: a plan's picture, and the bad line of a JSON source named;
 //! - [`sample`]: seeded samples of ids, held in bounded memory;
+//! - [`search`]: a search's hits joined to their source rows by id ([`search::join_source`]);
 //! - [`script`]: a job's text split into statements with their lines, all parsed before any runs.
 
 pub mod checks;
@@ -38,6 +39,7 @@ pub mod report;
 pub mod run;
 pub mod sample;
 pub mod script;
+pub mod search;
 pub mod trial;
 pub mod verify;
 

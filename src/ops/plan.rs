@@ -98,6 +98,9 @@ pub fn load_job(file: &Path) -> Result<(EmbedSession, Vec<Statement>)> {
     Ok((session, statements))
 }
 
+/// The statements of a job's set-up, which its walk runs.
+const SETUP: [&str; 4] = ["SET", "RESET", "CREATE", "DROP"];
+
 /// Walks a job's statements in order, running its set-up (SET, RESET, CREATE, DROP), skipping its queries
 /// (a query may read an output that does not exist before the run), and handing out each write into Lance
 /// (COPY, INSERT) as its logical plan, not run.
@@ -108,11 +111,22 @@ pub struct JobWrites<'a> {
     next: usize,
     json_sources: Vec<String>,
     first_source: Option<String>,
+    /// Set-up only ([`JobWrites::run_setup`]): writes are skipped unplanned, Lance tables not opened.
+    setup_only: bool,
 }
 
 impl<'a> JobWrites<'a> {
     pub fn new(file: &'a Path, session: &'a EmbedSession, statements: &'a [Statement]) -> Self {
-        Self { file, session, statements, next: 0, json_sources: Vec::new(), first_source: None }
+        Self { file, session, statements, next: 0, json_sources: Vec::new(), first_source: None, setup_only: false }
+    }
+
+    /// Run the job's whole set-up and nothing else, for a check on its corpus: its writes are not planned (one
+    /// may read an output that a write before it makes) and its Lance tables are not opened (outputs, which may
+    /// not exist yet). The first table created over a source that is not Lance (the corpus), if any.
+    pub async fn run_setup(mut self) -> Result<Option<String>> {
+        self.setup_only = true;
+        while self.next().await?.is_some() {}
+        Ok(self.first_source)
     }
 
     /// The next write into Lance, after running the set-up before it.
@@ -121,12 +135,14 @@ impl<'a> JobWrites<'a> {
         while let Some(stmt) = self.statements.get(self.next) {
             self.next += 1;
             let first_word = stmt.sql.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
-            if !["SET", "RESET", "CREATE", "DROP", "COPY", "INSERT"].contains(&first_word.as_str()) {
+            let kinds: &[&str] = if self.setup_only { &SETUP } else { &["COPY", "INSERT"] };
+            if !SETUP.contains(&first_word.as_str()) && !kinds.contains(&first_word.as_str()) {
                 continue;
             }
             let plan = ctx.state().create_logical_plan(&stmt.sql).await.map_err(|e| self.fail(stmt, &e))?;
             if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) = &plan {
-                if c.file_type.eq_ignore_ascii_case("lance") && !dataset_exists(&dataset_uri(&c.location)).await {
+                let lance = c.file_type.eq_ignore_ascii_case("lance");
+                if lance && (self.setup_only || !dataset_exists(&dataset_uri(&c.location)).await) {
                     // An output the job reads back after writing it: it does not exist before the run.
                     continue;
                 }

@@ -13,7 +13,6 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::campaign::metrics::RunMetrics;
-use crate::cluster::ClusterKeys;
 use crate::exec::EmbedWriteRule;
 use crate::lance::guard::CheckedPlanner;
 use crate::lance::resume::ResumeRule;
@@ -58,56 +57,10 @@ impl EmbedSession {
         Ok(Self { ctx, metrics, cluster: None })
     }
 
-    /// A session whose queries run on the Ballista cluster whose scheduler is at `url` (`df://HOST:PORT`). The
-    /// client plans (so the job's tables, options and fingerprint are its own); the executors embed. A cluster
-    /// started with keys (`pipeline cluster-keys`) needs the same `keys` here.
-    pub async fn on_cluster(url: &str, options: EmbedOptions, keys: Option<&ClusterKeys>) -> Result<Self> {
-        use ballista::prelude::SessionContextExt;
-        use ballista_core::extension::SessionConfigExt;
-        options.check_all()?;
-        crate::cluster::check_reachable(url).map_err(datafusion::error::DataFusionError::from)?;
-        crate::cluster::check_keys_match(url, keys).await.map_err(datafusion::error::DataFusionError::from)?;
-        let metrics = Arc::new(RunMetrics::default());
-        let host = crate::udf::embed::HostOptions::default();
-        let mut builder = reading_state(&options, &metrics)?;
-        let mut config = builder.config().take().unwrap_or_default();
-        if let Some(keys) = keys {
-            config = config
-                .with_ballista_use_tls(true)
-                .with_ballista_override_create_grpc_client_endpoint(keys.endpoint_override());
-        }
-        let config = config
-            // Tasks for the whole cluster rather than this machine's cores (Ballista's own default); a job's SET wins.
-            .with_target_partitions(CLUSTER_PARTITIONS)
-            .with_ballista_logical_extension_codec(Arc::new(crate::cluster::EmbedLogicalCodec::new(
-                host.clone(),
-                Arc::clone(&metrics),
-            )))
-            .with_ballista_physical_extension_codec(Arc::new(crate::cluster::EmbedPhysicalCodec::new(
-                host,
-                Arc::clone(&metrics),
-                None,
-            )));
-        let mut state = builder.with_config(config).build();
-        state.register_file_format(Arc::new(LanceFormatFactory::new(Arc::clone(&metrics))), true)?;
-        let ctx = SessionContext::remote_with_state(url, state).await?;
-        // Ballista's session keeps its own functions only: embed and embed_dim go back in.
-        for udf in embed_udfs(&options, Arc::clone(&metrics)) {
-            ctx.register_udf(udf);
-        }
-        Ok(Self { ctx, metrics, cluster: Some(url.to_string()) })
-    }
-
-    /// The session's state, planning here: for the checks a client makes itself before a cluster runs a write
-    /// (a local session's state as it is).
-    pub fn local_state(&self) -> datafusion::execution::SessionState {
-        let state = self.ctx.state();
-        if self.cluster.is_none() {
-            return state;
-        }
-        SessionStateBuilder::new_from_existing(state)
-            .with_query_planner(Arc::new(crate::cluster::write::SchedulerPlanner))
-            .build()
+    /// A session of these parts: its context, its counters, and the cluster it runs on (built by
+    /// [`crate::cluster::session`] for a cluster).
+    pub(crate) fn from_parts(ctx: SessionContext, metrics: Arc<RunMetrics>, cluster: Option<String>) -> Self {
+        Self { ctx, metrics, cluster }
     }
 
     /// The cluster (`df://HOST:PORT`) this session's queries run on; `None` when they run here.
@@ -135,7 +88,7 @@ impl EmbedSession {
 
 /// What every session has: the `embed.*` options and information_schema, the object stores, and the Lance
 /// and JSON table factories.
-fn reading_state(options: &EmbedOptions, metrics: &Arc<RunMetrics>) -> Result<SessionStateBuilder> {
+pub(crate) fn reading_state(options: &EmbedOptions, metrics: &Arc<RunMetrics>) -> Result<SessionStateBuilder> {
     let config = SessionConfig::new().with_information_schema(true).with_option_extension(EmbedConfig(options.clone()));
     let runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
     Ok(SessionStateBuilder::new()

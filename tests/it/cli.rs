@@ -38,7 +38,8 @@ fn run_writes_prints_and_summarises() {
 }
 
 /// The command's text with what changes from run to run replaced: the temporary directory, durations, rates,
-/// memory, thread counts and process ids.
+/// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
+/// CPUs); the lines about other runs sharing the machine are left out.
 pub(crate) fn snapshot_filters(dir: &Path) -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path("snapshots");
@@ -52,6 +53,7 @@ pub(crate) fn snapshot_filters(dir: &Path) -> insta::Settings {
     settings.add_filter(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB)\b", "[MEMORY]");
     settings.add_filter(r"\b\d+ (intra-op )?threads?\b", "[N] threads");
     settings.add_filter(r"on cpu: .* \(\[N\] threads\)", "on cpu: [CPU] ([N] threads)");
+    settings.add_filter(r"\[(-?\d+\.\d+, )+… (\d+) values\]", "[[VALUES] … $2 values]");
     // Other tests' runs share this machine now and then: the lines that say so are not this run's output.
     settings.add_filter(r"(?m)^(note: other pipeline runs share|shared machine: ).*\n", "");
     settings

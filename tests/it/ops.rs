@@ -358,11 +358,19 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert_eq!(order.sample, 20);
     assert_eq!(order.length.useful_tokens, order.original.useful_tokens, "{order:?}");
     assert!(order.passed && order.max_abs_diff <= 1e-5, "{order:?}");
+    // A job whose last write reads an output the job makes first (not there yet) is checked on its corpus all
+    // the same: the checks run the set-up alone, and plan no write.
+    let chained = dir.join("chained.sql");
+    let text = job(dir).replace("out.lance", "fresh.lance")
+        + &format!("COPY (SELECT id, embedding FROM out) TO '{}/copy.parquet' STORED AS PARQUET;\n", dir.display());
+    std::fs::write(&chained, text).unwrap();
+    let invariance = check_invariance(&chained, 5, None, "text", 1e-4).await.unwrap();
+    assert_eq!((invariance.table.as_str(), invariance.sample), ("docs", 5));
     let err = check_invariance(&file, 10, Some("nowhere"), "text", 1e-4).await.unwrap_err();
     assert!(err.chain_text().contains("nowhere"), "{err:?}");
 
     // Evaluate's overlap of a dataset with itself: the same neighbours.
-    let overlap = evaluate(&EvaluateArgs {
+    let args = EvaluateArgs {
         datasets: vec![out.clone(), out.clone()],
         judgements: None,
         ks: vec![10],
@@ -373,25 +381,11 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
         overlap: Some(5),
         overlap_sample: 8,
         seed: 1,
-    })
-    .await
-    .unwrap();
-    let o = overlap.overlap.unwrap();
+    };
+    let o = evaluate(&args).await.unwrap().overlap.unwrap();
     assert_eq!((o.k, o.sampled, o.mean, o.min), (5, 8, 1.0, 1.0));
-    let err = evaluate(&EvaluateArgs {
-        datasets: vec![out.clone()],
-        judgements: None,
-        ks: vec![10],
-        model: None,
-        query_prompt: None,
-        id_column: "id".into(),
-        column: "embedding".into(),
-        overlap: None,
-        overlap_sample: 8,
-        seed: 1,
-    })
-    .await
-    .unwrap_err();
+    // Nothing asked (no judgements, no overlap) is a refusal.
+    let err = evaluate(&EvaluateArgs { datasets: vec![out.clone()], overlap: None, ..args }).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("nothing to evaluate")), "{err:?}");
 
     // The page: the commit, the lineage and the verify result just saved.

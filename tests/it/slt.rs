@@ -71,6 +71,8 @@ impl Pipeline {
             .iter()
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
+        // The directory as given and as its links resolve (a temporary folder under a linked /tmp).
+        let real = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone()).display().to_string();
         let dir = self.dir.display().to_string();
         let mut rows = Vec::new();
         for r in 0..batch.num_rows() {
@@ -79,7 +81,9 @@ impl Pipeline {
                 .map(|f| match f.value(r).to_string() {
                     s if s.is_empty() => "(empty)".to_string(),
                     // Plans show file paths without their leading `/`.
-                    s => s.replace(&dir, "${DIR}").replace(dir.trim_start_matches('/'), "${DIR}"),
+                    s => [&real, &dir]
+                        .iter()
+                        .fold(s, |s, d| s.replace(d.as_str(), "${DIR}").replace(d.trim_start_matches('/'), "${DIR}")),
                 })
                 .collect();
             match cells.iter().position(|c| c.contains('\n')) {
