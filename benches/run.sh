@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -805,6 +805,90 @@ for v in mem["variants"]:
     m = v["measured"]
     mib = lambda k: f"{m[k] / 2**20:,.1f}"
     print(f"| {v['variant']} | {mib('weights')} | {mib('gradients')} | {mib('optimizer_states')} | {mib('activations')} | {mib('peak')} | {v['largest']['48']:,} / {v['largest']['80']:,} |")
+print()
+PY
+}
+
+section_python() {
+  # ep.run against pipeline run on the quickstart job (1,000 fortunes, restarted each time), alternated; then
+  # ep.sql returning a 1,000,000-row vector table, against pylance reading the same dataset.
+  local py="${EMBED_PIPELINE_TEST_PYTHON:-$(scripts/setup --test-tools --print)}"
+  "$py" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps ./python
+  sed "s#'out/quickstart.lance'#'$WORK/qs.lance'#" sql/quickstart.sql > "$WORK/qs.sql"
+  local rounds="${BENCH_PYTHON_ROUNDS:-5}" walls=()
+  for round in $(seq "$rounds"); do
+    /usr/bin/time -f "%e %M" -o "$WORK/time" "$PIPELINE" run --quiet --restart "$WORK/qs.sql" > /dev/null
+    walls+=("command $(cat "$WORK/time")")
+    /usr/bin/time -f "%e %M" -o "$WORK/time" "$py" -c \
+      "import sys, embedding_pipeline as ep; ep.run(sys.argv[1], restart=True, progress=False, quiet=True)" \
+      "$WORK/qs.sql" > /dev/null
+    walls+=("python $(cat "$WORK/time")")
+  done
+  printf '%s\n' "${walls[@]}" > "$WORK/walls"
+  local rows="${BENCH_PYTHON_ROWS:-1000000}"
+  "$py" - "$WORK/big.lance" "$rows" <<'PY'
+import sys
+import lance, numpy as np, pyarrow as pa
+out, n = sys.argv[1], int(sys.argv[2])
+dim, chunk = 384, 100_000
+def batches():
+    rng = np.random.default_rng(7)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        v = rng.standard_normal((m, dim)).astype(np.float32)
+        yield pa.record_batch([pa.array([f"doc-{i}" for i in range(start, start + m)]),
+                               pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), dim)], names=["id", "embedding"])
+schema = next(batches()).schema
+lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), out, mode="overwrite")
+PY
+  for who in pylance python; do
+    "$py" - "$who" "$WORK/big.lance" >> "$WORK/sql" <<'PY'
+import resource, sys, time
+import pyarrow as pa
+who, path = sys.argv[1], sys.argv[2]
+if who == "python":
+    import embedding_pipeline as ep
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start, before = time.perf_counter(), pa.total_allocated_bytes()
+if who == "python":
+    t = ep.sql(f"CREATE EXTERNAL TABLE big STORED AS LANCE LOCATION '{path}'; SELECT id, embedding FROM big", progress=False)
+else:
+    import lance
+    t = lance.dataset(path).to_table(columns=["id", "embedding"])
+took = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(who, t.num_rows, t.nbytes, took, base * 1024, peak * 1024, pa.total_allocated_bytes() - before)
+PY
+  done
+  python3 - "$rounds" "$WORK/walls" "$WORK/sql" > "$RESULTS_DIR/python.md" <<'PY'
+import statistics, sys
+rounds = int(sys.argv[1])
+walls = [l.split() for l in open(sys.argv[2]).read().splitlines()]
+runs = {who: [float(w) for k, w, _ in walls if k == who] for who in ("command", "python")}
+rss = {who: max(int(r) for k, _, r in walls if k == who) for who in ("command", "python")}
+print("## Python package: ep.run against pipeline run, and ep.sql's table without a copy\n")
+print(f"`sql/quickstart.sql` (1,000 fortunes, the default model, `--restart`/`restart=True` so each run embeds all), by")
+print(f"`pipeline run --quiet` and by `python -c 'ep.run(job, restart=True, progress=False, quiet=True)'`, alternated,")
+print(f"{rounds} times each. Wall time and peak RSS are `/usr/bin/time`'s, for the whole process (Python's start and")
+print("import included).\n")
+print("| run | wall s (each run) | median s | peak RSS MiB |")
+print("|---|---|---|---|")
+for who, name in (("command", "pipeline run"), ("python", "ep.run")):
+    print(f"| {name} | {' / '.join(f'{w:.1f}' for w in runs[who])} | {statistics.median(runs[who]):.2f} | {rss[who] / 1024:,.0f} |")
+ratio = statistics.median(runs["python"]) / statistics.median(runs["command"])
+print(f"\n**ep.run / pipeline run = {ratio:.3f}** in median wall time (target: at most 1.05).\n")
+sql = [l.split() for l in open(sys.argv[3]).read().splitlines()]
+print("A Lance dataset of random 384-dimension float32 vectors with string ids, read whole into a `pyarrow.Table`")
+print("by `ep.sql(\"…; SELECT id, embedding FROM big\")` and, in a process of its own, by pylance's")
+print("`lance.dataset(path).to_table()`. Peak RSS is the process's (`ru_maxrss`) less what it held before the read;")
+print("'pyarrow allocated' is `pa.total_allocated_bytes()` across the read: the table's buffers that pyarrow's own")
+print("allocator made, 0 when it holds the producer's buffers.\n")
+print("| reader | rows | table MiB | read s | peak RSS growth MiB | growth / table | pyarrow allocated MiB |")
+print("|---|---|---|---|---|---|---|")
+for who, rows, nbytes, took, base, peak, alloc in sql:
+    nbytes, base, peak, alloc = int(nbytes), int(base), int(peak), int(alloc)
+    name = "ep.sql" if who == "python" else "pylance to_table"
+    print(f"| {name} | {int(rows):,} | {nbytes / 2**20:,.0f} | {float(took):.1f} | {(peak - base) / 2**20:,.0f} | {(peak - base) / nbytes:.2f} | {alloc / 2**20:,.1f} |")
 print()
 PY
 }

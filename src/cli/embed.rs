@@ -59,6 +59,9 @@ pub async fn embed(
     if let Some(file) = file {
         texts.extend(read_texts(file)?);
     }
+    if texts.is_empty() {
+        bail!("no texts: give them as arguments, or --file FILE (JSON lines)");
+    }
     let mut options = EmbedOptions::default();
     if let Some(model) = model {
         options = options.with_model(model);

@@ -193,14 +193,14 @@ pub enum Command {
         /// The job file (its first write into Lance is tried; the output itself is not touched).
         file: PathBuf,
         /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
-        #[arg(long, default_value_t = 2.0, conflicts_with = "sample")]
+        #[arg(long, default_value_t = crate::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
         minutes: f64,
         /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
         /// stratum, k chosen to come nearest).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         sample: Option<u64>,
         /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
-        #[arg(long, default_value = "trial.json")]
+        #[arg(long, default_value = crate::ops::trial::TrialArgs::DEFAULT_SAVE)]
         save: PathBuf,
         /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
         /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
@@ -422,13 +422,13 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         job: Option<PathBuf>,
         /// Rows of the corpus to embed again (with --job; 0: none).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = crate::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
         sample: u64,
         /// The sample's seed: the same seed draws the same rows.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Smallest acceptable cosine between a stored vector and its re-embedding.
-        #[arg(long, default_value_t = 0.9999)]
+        #[arg(long, default_value_t = crate::ops::verify::VerifyArgs::DEFAULT_MIN_COSINE)]
         min_cosine: f64,
         /// The model directory, where the run records do not name it.
         #[arg(long, value_name = "DIR")]

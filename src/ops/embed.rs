@@ -25,7 +25,7 @@ impl Embeddings {
 /// Embed `texts` under `options` (its model directory, device and settings); refused with no texts.
 pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions) -> Result<Embeddings> {
     if texts.is_empty() {
-        return Err(Error::Refused("no texts: give them as arguments, or --file FILE (JSON lines)".into()));
+        return Err(Error::Refused("no texts to embed".into()));
     }
     let (settings, fingerprint) = Fingerprint::for_options(options)?;
     let embedder = options.embedder()?;

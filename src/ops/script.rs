@@ -2,10 +2,14 @@
 //! all before any runs. Splitting uses sqlparser's tokenizer, so semicolons inside strings of any kind
 //! (`'a;b'`, `E'a\'b;c'`, `$$…$$`), quoted names and comments (nested ones too) never split.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use datafusion::common::config::Dialect;
 use datafusion::execution::session_state::SessionState;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::Error;
 
 /// A statement and where it came from (`job.sql`, `<stdin>`, `-c #2`), for messages.
 #[derive(Debug, Clone)]
@@ -19,6 +23,85 @@ impl JobStatement {
     pub fn all_of(source: &str, text: &str) -> std::result::Result<Vec<Self>, String> {
         Ok(split_statements(text)?.into_iter().map(|stmt| Self { source: source.to_string(), stmt }).collect())
     }
+}
+
+/// The statements of a job's text with every `${NAME}` replaced by its value in `vars`, each named by `source`
+/// (a file name, `-c #1`, `<sql>`) in messages. A variable the job uses and `vars` lacks is refused, naming
+/// its line; a text of no statements is refused. Returns the statements and the variables given and never
+/// used (to warn about).
+pub fn job_statements(
+    source: &str,
+    text: &str,
+    vars: &BTreeMap<String, String>,
+) -> crate::Result<(Vec<JobStatement>, Vec<String>)> {
+    let mut used = BTreeSet::new();
+    let text = substitute(text, vars, source, &mut used)?;
+    let statements = JobStatement::all_of(source, &text).map_err(|e| Error::Refused(format!("{source}: {e}")))?;
+    if statements.is_empty() {
+        return Err(Error::Refused(format!("{source} holds no SQL statements")));
+    }
+    let unused = vars.keys().filter(|k| !used.contains(*k)).cloned().collect();
+    Ok((statements, unused))
+}
+
+/// `text` with every `${NAME}` (NAME: a letter or `_`, then letters, digits, `_`) replaced by its value.
+/// Other uses of `$` (`$1`, `$$…$$`) are left as they are.
+pub fn substitute(
+    text: &str,
+    vars: &BTreeMap<String, String>,
+    source: &str,
+    used: &mut BTreeSet<String>,
+) -> crate::Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let name = after.find('}').map(|end| &after[..end]).filter(|n| is_var_name(n));
+        let Some(name) = name else {
+            out.push_str("${");
+            rest = after;
+            continue;
+        };
+        let Some(value) = vars.get(name) else {
+            let line = text[..text.len() - rest.len() + at].matches('\n').count() + 1;
+            return Err(Error::Refused(format!(
+                "{source} line {line}: ${{{name}}} has no value; give it with --var {name}=… (in Python: vars={{\"{name}\": …}})"
+            )));
+        };
+        used.insert(name.to_string());
+        out.push_str(value);
+        rest = &after[name.len() + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Whether `s` can name a `${NAME}` variable: a letter or `_`, then letters, digits or `_`.
+pub fn is_var_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Refuse a setting given beside the job (`--set key=value`, a program's `sets`) that the job also `SET`s:
+/// which one should win is not for the pipeline to guess.
+pub fn check_sets_against_job(sets: &[(String, String)], statements: &[JobStatement]) -> crate::Result<()> {
+    for (key, _) in sets {
+        if let Some(s) = statements.iter().find(|s| sets_key(&s.stmt.sql, key)) {
+            return Err(Error::Refused(format!(
+                "--set {key} is given, and {} line {} sets {key} too; remove one of them (a job that should take \
+                 either can use ${{NAME}} and --var)",
+                s.source, s.stmt.line
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `sql` is `SET key …`, any case.
+fn sets_key(sql: &str, key: &str) -> bool {
+    set_key(sql).is_some_and(|(name, _)| name.eq_ignore_ascii_case(key))
 }
 
 /// One statement of a job file.
@@ -199,6 +282,39 @@ mod tests {
 
     fn split(text: &str) -> Vec<Statement> {
         split_statements(text).unwrap()
+    }
+
+    #[test]
+    fn variables_are_filled_and_other_dollars_left_alone() {
+        let mut used = BTreeSet::new();
+        let v: BTreeMap<String, String> = [("CORPUS", "data/a.jsonl"), ("OUT", "out/a.lance"), ("EXTRA", "x")]
+            .map(|(k, v)| (k.into(), v.into()))
+            .into();
+        let text = "CREATE EXTERNAL TABLE d STORED AS JSON LOCATION '${CORPUS}';\nSELECT $1, $$a$$, '${not a name}';\n\
+                    COPY (SELECT 1) TO '${OUT}' STORED AS LANCE;";
+        let got = substitute(text, &v, "job.sql", &mut used).unwrap();
+        assert!(got.contains("LOCATION 'data/a.jsonl'") && got.contains("TO 'out/a.lance'"), "{got}");
+        assert!(got.contains("SELECT $1, $$a$$, '${not a name}'"), "{got}");
+        assert_eq!(used.into_iter().collect::<Vec<_>>(), ["CORPUS", "OUT"]);
+    }
+
+    #[test]
+    fn a_missing_variable_names_its_line() {
+        let err = substitute("SELECT 1;\nSELECT '${CORPUS}';", &BTreeMap::new(), "job.sql", &mut BTreeSet::new())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "job.sql line 2: ${CORPUS} has no value; give it with --var CORPUS=… (in Python: vars={\"CORPUS\": …})"
+        );
+    }
+
+    #[test]
+    fn a_set_key_is_matched_in_any_case_and_layout() {
+        assert!(
+            sets_key("set EMBED.Device='cuda'", "embed.device") && sets_key("SET\n embed.device TO x", "embed.device")
+        );
+        assert!(!sets_key("SELECT 1", "embed.device") && !sets_key("SET embed.device_x = 1", "embed.device"));
     }
 
     #[test]

@@ -69,6 +69,28 @@ pub struct TrialArgs {
     pub name: Option<String>,
 }
 
+impl TrialArgs {
+    /// Minutes of embedding the sample takes, by default.
+    pub const DEFAULT_MINUTES: f64 = 2.0;
+    /// Where the trial is saved, by default.
+    pub const DEFAULT_SAVE: &str = "trial.json";
+
+    /// A trial of the job `file` with the defaults `pipeline trial` has: a sample of about two minutes, saved
+    /// to trial.json (its vectors to trial.lance), the batch settings probed, named by the device.
+    pub fn new(file: impl Into<PathBuf>) -> Self {
+        Self {
+            file: file.into(),
+            minutes: Self::DEFAULT_MINUTES,
+            sample: None,
+            save: Self::DEFAULT_SAVE.into(),
+            reference: None,
+            memory_budget: None,
+            no_probe: false,
+            name: None,
+        }
+    }
+}
+
 /// `trial.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialReport {

@@ -57,6 +57,29 @@ pub struct VerifyArgs {
     pub column: String,
 }
 
+impl VerifyArgs {
+    /// Rows of the corpus embedded again, by default.
+    pub const DEFAULT_SAMPLE: u64 = 1000;
+    /// The smallest cosine allowed between a stored vector and its re-embedding, by default.
+    pub const DEFAULT_MIN_COSINE: f64 = 0.9999;
+
+    /// Verify `dataset` with the defaults `pipeline verify` has: no job, a sample of 1,000 with seed 0, a
+    /// minimum cosine of 0.9999, ids in `id` and vectors in `embedding`.
+    pub fn new(dataset: impl Into<String>) -> Self {
+        Self {
+            dataset: dataset.into(),
+            job: None,
+            sample: Self::DEFAULT_SAMPLE,
+            seed: 0,
+            min_cosine: Self::DEFAULT_MIN_COSINE,
+            model: None,
+            device: None,
+            id_column: "id".into(),
+            column: "embedding".into(),
+        }
+    }
+}
+
 /// What `pipeline verify` found. Kept beside a local dataset in `<dataset>.verify.json`, with the results of the
 /// other versions checked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
