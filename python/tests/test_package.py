@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -221,3 +222,16 @@ def test_ctrl_c_in_a_terminal_stops_the_run_as_sigint_stops_the_command(job, tmp
     ep.run(job, {"CORPUS": corpus, "OUT": out}, progress=False)
     done, _ = read_vectors(out)
     assert done == sorted(ids), "every id exactly once"
+
+
+def test_ctrl_c_stops_embed_and_the_next_call_runs():
+    texts = [f"text number {i}, " + "with some words " * 20 for i in range(20000)]
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="embed stopped before its end, as asked; nothing was kept"):
+            ep.embed(texts)
+    finally:
+        timer.cancel()
+    # The stop was honoured and cleared: the next call embeds.
+    assert ep.embed(["after the stop"]).shape == (1, 384)

@@ -1,12 +1,8 @@
 //! `pipeline index DATASET` and `pipeline optimize DATASET`: a vector index for `pipeline search`, and
 //! compaction with the cleanup of old versions; each leaves a record in the dataset's history.
 
-use anyhow::{Context, bail};
-
-use crate::lance::inspect::indices;
-use crate::lance::lock::{Holder, WriteLock};
+use crate::lance::Metric;
 use crate::lance::maintain::{self, IndexKind, IndexRequest};
-use crate::lance::{Metric, dataset_uri, open_dataset};
 
 /// Build the index and say what was built.
 pub async fn index(
@@ -17,14 +13,8 @@ pub async fn index(
     partitions: Option<usize>,
     json: bool,
 ) -> anyhow::Result<()> {
-    latest_only(dataset, "index")?;
-    let mut ds = open_dataset(dataset).await?;
-    let _lock = locked(&mut ds, dataset, Holder::Index).await?;
     let request = IndexRequest { column: column.into(), kind, metric, partitions };
-    let (version, record) = maintain::build_index(&mut ds, &request).await?;
-    // As Lance built it: the partitions it trained may be fewer than asked for.
-    let name = record.index.as_ref().map(|i| i.name.clone()).unwrap_or_default();
-    let built = indices(&ds).await?.into_iter().find(|i| i.name == name);
+    let maintain::BuiltIndex { version, record, index: built } = maintain::index(dataset, &request).await?;
     if json {
         let out = serde_json::json!({ "version": version, "record": record, "index": built });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -47,12 +37,7 @@ pub async fn index(
 
 /// Compact and clean up, and say what was done.
 pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Result<()> {
-    let age = humantime::parse_duration(older_than.trim())
-        .with_context(|| format!("--older-than {older_than}: give a duration such as 7d, 36h or 0s"))?;
-    latest_only(dataset, "optimize")?;
-    let mut ds = open_dataset(dataset).await?;
-    let _lock = locked(&mut ds, dataset, Holder::Optimize).await?;
-    let report = maintain::optimize(&mut ds, age, older_than).await?;
+    let report = maintain::optimize(dataset, older_than).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -77,27 +62,6 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
             }
         );
         println!("recorded in version {} ({:.1} s)", report.version, report.seconds);
-    }
-    Ok(())
-}
-
-/// The dataset's write lock, taken once the dataset is known to be there, and the dataset as it is under it
-/// (a write may have committed between the open and the lock).
-async fn locked(ds: &mut lance::Dataset, dataset: &str, holder: Holder) -> anyhow::Result<WriteLock> {
-    // The URI a write locks (see crate::lance::LanceSink).
-    let lock = WriteLock::acquire(&dataset_uri(dataset), holder)?;
-    let uri = ds.uri().to_string();
-    ds.checkout_latest().await.map_err(crate::lance::lance_err(&uri))?;
-    Ok(lock)
-}
-
-/// Refuse `path@version` and `path@tag`: maintenance commits onto the latest version, not an older checkout.
-fn latest_only(dataset: &str, command: &str) -> anyhow::Result<()> {
-    if let Some((path, at)) = dataset.rsplit_once('@')
-        && !at.is_empty()
-        && !at.contains('/')
-    {
-        bail!("{dataset}: {command} works on a dataset's latest version; give {path}");
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ use lance_index::vector::pq::PQBuildParams;
 use lance_index::vector::sq::builder::SQBuildParams;
 use serde::Serialize;
 
+use super::lock::{Holder, WriteLock};
 use super::records::{CleanupRecord, CompactionRecord, IndexRecord, LastRun, MaintenanceRecord, newest_run_record};
 use super::{Metric, lance_err, no_vector_column};
 use crate::error::{Error, Result};
@@ -46,6 +47,54 @@ impl IndexKind {
 /// PQ's rows to train on at 8 bits: below this Lance commits an untrained index that searches nothing.
 pub const PQ_MIN_ROWS: u64 = 256;
 
+/// What `pipeline index` built: the version that holds it, its record, and the index as Lance reports it (the
+/// partitions it trained may be fewer than asked for).
+#[derive(Debug, Clone, Serialize)]
+pub struct BuiltIndex {
+    pub version: u64,
+    pub record: MaintenanceRecord,
+    pub index: Option<super::inspect::IndexReport>,
+}
+
+/// Build a vector index on the latest version of `dataset` (`pipeline index`), under the dataset's write lock:
+/// refused for `path@version` or `path@tag`, and while another command writes to it.
+pub async fn index(dataset: &str, request: &IndexRequest) -> Result<BuiltIndex> {
+    let (mut ds, _lock) = open_locked(dataset, "index", Holder::Index).await?;
+    let (version, record) = build_index(&mut ds, request).await?;
+    let name = record.index.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+    let index = super::inspect::indices(&ds).await?.into_iter().find(|i| i.name == name);
+    Ok(BuiltIndex { version, record, index })
+}
+
+/// Compact the latest version of `dataset` and remove versions older than `older_than` (a duration such as
+/// `7d`, `36h`, `0s`), as `pipeline optimize` does, under the dataset's write lock; refused for `path@version`
+/// or `path@tag`, and while another command writes to it.
+pub async fn optimize(dataset: &str, older_than: &str) -> Result<OptimizeReport> {
+    let age = humantime::parse_duration(older_than.trim()).map_err(|e| {
+        Error::Refused(format!("--older-than {older_than}: {e}; give a duration such as 7d, 36h or 0s"))
+    })?;
+    let (mut ds, _lock) = open_locked(dataset, "optimize", Holder::Optimize).await?;
+    optimize_open(&mut ds, age, older_than).await
+}
+
+/// The dataset's latest version under its write lock (taken once the dataset is known to be there; a write
+/// may have committed between the open and the lock). `path@version` and `path@tag` are refused: maintenance
+/// commits onto the latest version, not an older checkout.
+async fn open_locked(dataset: &str, command: &str, holder: Holder) -> Result<(Dataset, WriteLock)> {
+    if let Some((path, at)) = dataset.rsplit_once('@')
+        && !at.is_empty()
+        && !at.contains('/')
+    {
+        return Err(Error::Refused(format!("{dataset}: {command} works on a dataset's latest version; give {path}")));
+    }
+    let mut ds = super::open_dataset(dataset).await?;
+    // The URI a write locks (see crate::lance::LanceSink).
+    let lock = WriteLock::acquire(&super::dataset_uri(dataset), holder)?;
+    let uri = ds.uri().to_string();
+    ds.checkout_latest().await.map_err(lance_err(&uri))?;
+    Ok((ds, lock))
+}
+
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct IndexRequest {
@@ -60,7 +109,7 @@ fn refuse(uri: &str, message: String) -> Error {
 }
 
 /// Build (or rebuild) the vector index on `request.column`, in a new version carrying its record.
-pub async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, MaintenanceRecord)> {
+async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, MaintenanceRecord)> {
     let started = Instant::now();
     let uri = ds.uri().to_string();
     let metric_type = request.metric.lance();
@@ -169,7 +218,7 @@ pub struct OptimizeReport {
 /// Compact small fragments into large ones (indices are remapped in the same commit), then remove versions
 /// older than `older_than` except tagged ones and the latest, then commit a record of the cleanup (which
 /// itself commits nothing in Lance) as a change of the dataset's config key `embedding_pipeline.optimized`.
-pub async fn optimize(
+async fn optimize_open(
     ds: &mut Dataset,
     older_than: std::time::Duration,
     older_than_text: &str,

@@ -396,3 +396,41 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert!(page.contains(&verified), "the verify result saved above is on the page: {page}");
     assert!(page.contains("Ids: 40 distinct, 0 held more than once; against the corpus: 0 missing, 0 extra"), "{page}");
 }
+
+/// Index and optimize through the library keep the command's promises: the write lock (refused while a write
+/// holds it), the latest version only, a bad duration named.
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_through_the_library_takes_the_write_lock() {
+    use embedding_pipeline::lance::lock::{Holder, WriteLock};
+    use embedding_pipeline::lance::maintain::{self, IndexKind, IndexRequest};
+
+    let (tmp, _) = job_folder(300);
+    let dir = tmp.path();
+    let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
+    run_job(&statements, &RunSettings { plans: PlanChoice::Off, ..RunSettings::default() }, &Silent).await.unwrap();
+    let out = dir.join("out.lance").display().to_string();
+    let request = IndexRequest {
+        column: "embedding".into(),
+        kind: IndexKind::IvfPq,
+        metric: embedding_pipeline::lance::Metric::Cosine,
+        partitions: Some(1),
+    };
+
+    let held = WriteLock::acquire(&embedding_pipeline::lance::dataset_uri(&out), Holder::Run).unwrap();
+    let err = maintain::index(&out, &request).await.unwrap_err().to_string();
+    assert!(err.contains("another pipeline run is writing to"), "{err}");
+    let err = maintain::optimize(&out, "0s").await.unwrap_err().to_string();
+    assert!(err.contains("another pipeline run is writing to"), "{err}");
+    drop(held);
+
+    let err = maintain::index(&format!("{out}@1"), &request).await.unwrap_err().to_string();
+    assert!(err.contains("index works on a dataset's latest version"), "{err}");
+    let err = maintain::optimize(&out, "soon").await.unwrap_err().to_string();
+    assert!(err.contains("--older-than soon") && err.contains("7d"), "{err}");
+
+    let built = maintain::index(&out, &request).await.unwrap();
+    assert_eq!(built.version, 2);
+    assert!(built.index.is_some(), "{built:?}");
+    let optimized = maintain::optimize(&out, "0s").await.unwrap();
+    assert!(optimized.version > built.version, "{optimized:?}");
+}
