@@ -45,12 +45,24 @@ def versions() -> str:
     return _native.versions()
 
 
+def _can_draw() -> bool:
+    """Whether a progress bar has somewhere to be drawn: a terminal on standard error, or a notebook. A log file
+    gets none, as `pipeline run` draws none when its standard error is not a terminal."""
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class _Show:
     """Shows a running operation: notes and warnings on standard error, and a progress bar of useful tokens
-    (tqdm's, which draws itself in a notebook too) while a write into Lance runs."""
+    (tqdm's, which draws itself in a notebook too) while a write into Lance runs. ``progress=None`` draws the
+    bar where it can be drawn (a terminal, a notebook)."""
 
-    def __init__(self, progress: bool, quiet: bool):
-        self.progress = progress
+    def __init__(self, progress: bool | None, quiet: bool):
+        self.progress = _can_draw() if progress is None else progress
         self.quiet = quiet
         self.bar = None
 
@@ -107,16 +119,22 @@ def _job(job: str | os.PathLike) -> tuple[str, str]:
     if not isinstance(job, str):
         raise TypeError(f"a job is SQL text or a path to a job file, not {type(job).__name__}")
     one_line = "\n" not in job and ";" not in job
-    if one_line and os.path.isfile(job):
-        return job, _native.read_job_file(job)
-    if one_line and job.strip().endswith(".sql") and " " not in job.strip():
-        # A file's name, not SQL: the command's own words for a job file it cannot read.
+    if one_line and (os.path.isfile(job) or not any(c.isspace() for c in job.strip())):
+        # A file's name (no statement is one word): read as the command reads it, with its words when it cannot.
         return job, _native.read_job_file(job)
     return "<sql>", job
 
 
+def _mapping(name: str, value: Any) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} is a mapping of names to values (a dict), not {type(value).__name__}")
+    return value
+
+
 def _sets(sets: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    return [(str(k), _setting(v)) for k, v in (sets or {}).items()]
+    return [(str(k), _setting(v)) for k, v in _mapping("sets", sets).items()]
 
 
 def _setting(v: Any) -> str:
@@ -126,7 +144,7 @@ def _setting(v: Any) -> str:
 
 
 def _vars(vars: Mapping[str, Any] | None) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (vars or {}).items()}
+    return {str(k): str(v) for k, v in _mapping("vars", vars).items()}
 
 
 def run(
@@ -137,7 +155,7 @@ def run(
     restart: bool = False,
     device: str | None = None,
     plan: str | os.PathLike | bool | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
     quiet: bool = False,
 ) -> dict:
     """Run a job as ``pipeline run`` does: its statements in order, every write into Lance checked against its
@@ -174,7 +192,7 @@ class Session:
         query: str,
         vars: Mapping[str, Any] | None = None,
         *,
-        progress: bool = True,
+        progress: bool | None = None,
         quiet: bool = False,
     ) -> pa.Table | None:
         """Run ``query``'s statements (one or more, ``;``-separated) in this session, as ``pipeline sql`` runs
@@ -190,7 +208,7 @@ class Session:
 _default: Session | None = None
 
 
-def sql(query: str, vars: Mapping[str, Any] | None = None, *, progress: bool = True,
+def sql(query: str, vars: Mapping[str, Any] | None = None, *, progress: bool | None = None,
         quiet: bool = False) -> pa.Table | None:
     """``Session.sql`` in this process's default session (made at the first call): tables created by one
     call are there for the next."""
@@ -206,6 +224,8 @@ def embed(texts: Iterable[str], model: str | os.PathLike | None = None, *, devic
     normalisation."""
     if isinstance(texts, str):
         raise TypeError("embed takes a list of texts; for one text, write embed([text])")
+    if isinstance(texts, (pa.Array, pa.ChunkedArray)):
+        texts = texts.to_pylist()
     texts = list(texts)
     for i, t in enumerate(texts):
         if not isinstance(t, str):

@@ -214,6 +214,17 @@ where
 {
     let runtime = runtime()?;
     let commits = matches!(on_stop, OnStop::Commit);
+    // An operation left to finish by a second ctrl-C is still stopping: a call started now would be stopped
+    // by its stop request at once. Wait for it to end (ctrl-C stops waiting).
+    let mut told = false;
+    while WORKING.load(std::sync::atomic::Ordering::SeqCst) > 0 && interrupt::stop_requested() {
+        if !told && let Some(on_event) = on_event {
+            let _ = on_event.call1(("warning", "waiting for an interrupted operation to finish its commit"));
+            told = true;
+        }
+        py.detach(|| std::thread::sleep(TICK));
+        py.check_signals()?;
+    }
     let (tx, rx) = channel();
     let working = Working::start();
     // A thread of its own that blocks on the work: some operations' futures are not Send, so they are made and
@@ -315,6 +326,18 @@ fn statements(
     Ok(statements)
 }
 
+/// Settings' keys as `--set` takes them: `namespace.key`, of letters, digits, `_` and `.`.
+fn checked_sets(sets: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
+    for (key, _) in &sets {
+        if !key.contains('.') || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            return Err(PipelineError::new_err(format!(
+                "sets: `{key}` is not a setting's name; write it as namespace.key, e.g. {{\"embed.batch_tokens\": 8192}}"
+            )));
+        }
+    }
+    Ok(sets)
+}
+
 /// Read a job file as `pipeline run` reads one: capped in size, UTF-8.
 #[pyfunction]
 fn read_job_file(path: PathBuf) -> PyResult<String> {
@@ -342,7 +365,7 @@ fn run(
 ) -> PyResult<String> {
     let collector = Arc::new(Collector::default());
     let statements = statements(&source, &text, &vars.unwrap_or_default(), &collector)?;
-    let sets = sets.unwrap_or_default();
+    let sets = checked_sets(sets.unwrap_or_default())?;
     check_sets_against_job(&sets, &statements).map_err(|e| py_err(&e))?;
     let plans = match (plan, no_plan) {
         (Some(_), true) => return Err(PipelineError::new_err("give a plan directory or plan=False, not both")),
@@ -403,7 +426,7 @@ impl Session {
     #[new]
     #[pyo3(signature = (sets=None, device=None))]
     fn new(py: Python<'_>, sets: Option<Vec<(String, String)>>, device: Option<String>) -> PyResult<Self> {
-        let settings = RunSettings { device, sets: sets.unwrap_or_default(), ..RunSettings::default() };
+        let settings = RunSettings { device, sets: checked_sets(sets.unwrap_or_default())?, ..RunSettings::default() };
         let collector = Collector::default();
         let session = wait(py, &collector, None, OnStop::Abandon("starting the session".into()), move || async move {
             embedding_pipeline::ops::run::job_session(&settings).await

@@ -53,6 +53,7 @@ def test_embed_is_the_commands_embed(pipeline, tmp_path):
     command = np.array([json.loads(line)["vector"] for line in o.stdout.splitlines()], dtype=np.float32)
     np.testing.assert_array_equal(got, command)
     got[0, 0] = 1.0  # the array is the caller's
+    np.testing.assert_array_equal(ep.embed(pa.array(texts[:2])), command[:2])
 
 
 def test_embed_refuses_what_is_not_a_list_of_texts():
@@ -107,6 +108,15 @@ def test_errors_carry_the_commands_messages(pipeline, job, tmp_path):
     assert f"error: {e.value}" in o.stderr and "jobs/missing.sql" in str(e.value), (str(e.value), o.stderr)
     with pytest.raises(ep.PipelineError, match="`1X` is not a variable name"):
         ep.run(job, {"1X": "a"})
+    with pytest.raises(ep.PipelineError, match="`batch_tokens` is not a setting's name"):
+        ep.run(job, {"CORPUS": corpus, "OUT": tmp_path / "o.lance"}, sets={"batch_tokens": 8192})
+    with pytest.raises(TypeError, match="vars is a mapping"):
+        ep.run(job, [("CORPUS", corpus)])
+    # One word is a job file's name, never SQL: the command's words when it is not there.
+    o = pipeline("run", "nofile.txt", cwd=tmp_path)
+    with pytest.raises(ep.PipelineError) as e:
+        ep.run("nofile.txt")
+    assert f"error: {e.value}" in o.stderr, (str(e.value), o.stderr)
     assert ep.run("SELECT 1", progress=False)["rows_written"] == 0
 
 
@@ -202,7 +212,8 @@ def test_ctrl_c_in_a_terminal_stops_the_run_as_sigint_stops_the_command(job, tmp
     out = tmp_path / "out.lance"
     script = (
         "import sys, embedding_pipeline as ep\n"
-        "ep.run(sys.argv[1], {'CORPUS': sys.argv[2], 'OUT': sys.argv[3]}, sets={'embed.commit_rows': 50})\n"
+        "ep.run(sys.argv[1], {'CORPUS': sys.argv[2], 'OUT': sys.argv[3]}, sets={'embed.commit_rows': 50},\n"
+        "       progress=True)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script, str(job), str(corpus), str(out)],
                             stderr=subprocess.PIPE, text=True, bufsize=1)
