@@ -19,17 +19,35 @@ pub enum Error {
     )]
     RuntimeLoad { path: PathBuf, message: String, wanted: &'static str },
 
-    /// The model directory, or a file inside it, is missing or inconsistent.
+    /// The model directory, or a file inside it, is missing or inconsistent. `source` is the error beneath, when
+    /// there was one (ONNX Runtime's refusal of the file, the file system's); `message` tells it already.
     #[error("model {}: {message}", model_location(.dir, .file))]
-    Model { dir: PathBuf, file: String, message: String },
+    Model {
+        dir: PathBuf,
+        file: String,
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 
-    /// The requested device cannot be used.
+    /// The requested device cannot be used. `source` is ONNX Runtime's own error, when it raised one; `message`
+    /// tells it already.
     #[error("embed.device = '{device}': {message}")]
-    Device { device: String, message: String },
+    Device {
+        device: String,
+        message: String,
+        #[source]
+        source: Option<ort::Error>,
+    },
 
-    /// ONNX Runtime failed while building a session or running the model.
-    #[error("ONNX Runtime: {0}")]
-    Onnx(String),
+    /// ONNX Runtime failed while building a session or running the model, or the model's output was not what
+    /// it promised. `source` is ONNX Runtime's own error, when it raised one (its text is the message).
+    #[error("ONNX Runtime: {message}")]
+    Onnx {
+        message: String,
+        #[source]
+        source: Option<ort::Error>,
+    },
 
     /// The tokenizer failed on an input.
     #[error("tokenizer: {0}")]
@@ -80,6 +98,16 @@ pub enum Error {
     )]
     ResumeShape { uri: String, rows: u64, why: String },
 
+    /// A write into a dataset that holds rows, whose query chooses its rows by an expression that changes on every
+    /// run (`ORDER BY random() LIMIT n`): a resume would add the other rows it chooses to the ones written.
+    #[error(
+        "cannot resume the write into {uri}, which holds {rows} rows: its query chooses its rows by {what}, which \
+         gives other values on every run, so a resume would add other rows to the ones already written; nothing was \
+         embedded. Choose them by something that stays the same (ORDER BY md5(id) LIMIT n for a fixed sample, say), \
+         write to a new output, or SET embed.restart = true to replace its rows"
+    )]
+    ResumeChoice { uri: String, rows: u64, what: String },
+
     /// A write's output path cannot be written as asked.
     #[error("output {path}: {message}")]
     Output { path: String, message: String },
@@ -92,9 +120,17 @@ pub enum Error {
     #[error("{0}")]
     Cluster(String),
 
-    /// A Lance dataset could not be opened, read or written.
+    /// A Lance dataset could not be opened, read or written. `message` says what went wrong in the user's terms;
+    /// `source` is the error beneath it, when there was one (Lance's own, the query engine's or the file
+    /// system's), for a program to inspect. The message tells it already, so [`chain_text`] stops here: Lance's
+    /// raw text names its own source files.
     #[error("Lance dataset {uri}: {message}")]
-    Lance { uri: String, message: String },
+    Lance {
+        uri: String,
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 
     /// A campaign operation refused its input before doing the work (or before writing any of it): the message
     /// names what is wrong and says what to do.
@@ -161,14 +197,65 @@ fn model_location(dir: &std::path::Path, file: &str) -> String {
 }
 
 impl Error {
+    /// An ONNX Runtime failure that ONNX Runtime did not raise itself (an output of the wrong shape).
+    pub(crate) fn onnx(message: impl Into<String>) -> Self {
+        Self::Onnx { message: message.into(), source: None }
+    }
+
+    /// A refusal about the Lance dataset at `uri`, with no error beneath it.
+    pub(crate) fn lance(uri: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Lance { uri: uri.into(), message: message.into(), source: None }
+    }
+
+    /// `source`, met on the Lance dataset at `uri`, told as `message`.
+    pub(crate) fn lance_because(
+        uri: impl Into<String>,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Lance { uri: uri.into(), message: message.into(), source: Some(Box::new(source)) }
+    }
+
+    /// `source`, met on the Lance dataset at `uri`, told in its own words.
+    pub(crate) fn lance_from(uri: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::lance_because(uri, source.to_string(), source)
+    }
+
+    /// That the device cannot be used, with ONNX Runtime's error when it raised one.
+    pub(crate) fn device(device: impl Into<String>, message: impl Into<String>, source: Option<ort::Error>) -> Self {
+        Self::Device { device: device.into(), message: message.into(), source }
+    }
+
+    /// This error with `source` beneath it, when it is a model error (ONNX Runtime's refusal of the file, say)
+    /// that has none yet; any other error as it is.
+    pub(crate) fn because(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            Self::Model { dir, file, message, source: None } => {
+                Self::Model { dir, file, message, source: Some(Box::new(source)) }
+            }
+            e => e,
+        }
+    }
+
+    /// `e` as this crate's error, when it is one: itself, or boxed (a `#[source] Box<Error>` is seen as the box).
+    pub fn in_chain<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Self> {
+        e.downcast_ref::<Self>().or_else(|| e.downcast_ref::<Box<Self>>().map(|b| &**b))
+    }
+
+    /// Whether this error's message already tells its source in the user's words, so that the source's own text
+    /// adds nothing a user should read (see [`chain_text`]).
+    fn tells_its_source(&self) -> bool {
+        matches!(self, Self::Lance { .. } | Self::Onnx { .. } | Self::Model { .. } | Self::Device { .. })
+    }
+
     pub(crate) fn model(dir: impl Into<PathBuf>, file: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Model { dir: dir.into(), file: file.into(), message: message.into() }
+        Self::Model { dir: dir.into(), file: file.into(), message: message.into(), source: None }
     }
 }
 
 impl From<ort::Error> for Error {
     fn from(e: ort::Error) -> Self {
-        Self::Onnx(e.to_string())
+        Self::Onnx { message: e.to_string(), source: Some(e) }
     }
 }
 
@@ -213,7 +300,8 @@ impl Error {
 }
 
 /// An error and its causes as one line, skipping a cause whose text is already shown, in plain words
-/// (see [`plain`]).
+/// (see [`plain`]). It ends at an error of this crate that tells its source in its own message (a Lance or ONNX
+/// Runtime failure): the source stays reachable through [`std::error::Error::source`] for a program.
 pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
     let mut next = Some(e);
@@ -221,6 +309,9 @@ pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
         let text = plain(&cause.to_string());
         if !out.contains(&text) {
             out = if out.is_empty() { text } else { format!("{out}: {text}") };
+        }
+        if Error::in_chain(cause).is_some_and(Error::tells_its_source) {
+            break;
         }
         next = cause.source();
     }
@@ -257,12 +348,40 @@ pub fn plain(text: &str) -> String {
         }
         kept.push(word);
     }
-    let mut out = kept.join(" ");
+    let mut out = without_runtime_location(&kept.join(" "));
     // A location list leaves its separators behind: "found: x/_versions, , " or a dangling ", ".
     while out.contains(", ,") {
         out = out.replace(", ,", ",");
     }
     out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
+}
+
+/// ONNX Runtime's text without the place in its own source it was raised at: `failed:/onnxruntime_src/…/model.cc:245
+/// onnxruntime::Model::Model(onnx::ModelProto&&, …) Missing opset …` becomes `failed: Missing opset …`.
+fn without_runtime_location(text: &str) -> String {
+    const AT: &str = "/onnxruntime_src/";
+    let mut out = text.to_string();
+    while let Some(start) = out.find(AT) {
+        // The location is a path and the signature of the function that raised it, up to its closing parenthesis.
+        let rest = &out[start..];
+        let open = rest.find('(');
+        let end = open.and_then(|open| {
+            let mut depth = 0usize;
+            rest[open..].char_indices().find_map(|(i, c)| {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                (depth == 0).then_some(open + i + 1)
+            })
+        });
+        let end = end.unwrap_or_else(|| rest.find(' ').unwrap_or(rest.len()));
+        let tail = out[start + end..].trim_start();
+        let head = out[..start].trim_end();
+        out = if head.ends_with(':') { format!("{head} {tail}") } else { format!("{head}: {tail}") };
+    }
+    out
 }
 
 /// An S3 server's XML error reply (and the request that drew it) cut down to its code and message:
@@ -287,4 +406,31 @@ fn s3_reply(text: &str) -> String {
         .or_else(|| text.find("<?xml"))
         .unwrap_or(end);
     format!("{}S3: {code}: {message}{}", &text[..start.min(end)], &text[end..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, chain_text, plain};
+
+    #[test]
+    fn onnx_runtime_source_locations_are_left_out() {
+        let raw = "cannot load: Load model from /m/onnx/model.onnx failed:/onnxruntime_src/onnxruntime/core/graph/\
+                   model.cc:245 onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&, const \
+                   onnxruntime::logging::Logger&) Missing opset in the model.";
+        assert_eq!(plain(raw), "cannot load: Load model from /m/onnx/model.onnx failed: Missing opset in the model.");
+        assert_eq!(plain("a text without one"), "a text without one");
+    }
+
+    #[test]
+    fn the_chain_stops_where_the_message_tells_its_source() {
+        let beneath = std::io::Error::other("raw text /home/u/.cargo/registry/src/lance-14/src/x.rs:12:3");
+        let e =
+            Error::lance_because("d.lance", "cannot open: not found", beneath).context("refusing to search d.lance");
+        assert_eq!(chain_text(&e), "refusing to search d.lance: Lance dataset d.lance: cannot open: not found");
+        let source = std::error::Error::source(&e).and_then(std::error::Error::source);
+        assert!(source.is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()), "the source stays reachable");
+        // Other errors' causes are still told.
+        let file = Error::file("cannot read jobs.sql", std::io::Error::other("denied"));
+        assert_eq!(chain_text(&file), "cannot read jobs.sql: denied");
+    }
 }

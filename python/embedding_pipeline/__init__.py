@@ -236,13 +236,16 @@ def embed(texts: Iterable[str], model: str | os.PathLike | None = None, *, devic
     return array.flatten().to_numpy(zero_copy_only=False, writable=True).reshape(len(texts), vectors.dim)
 
 
-def plan(job: str | os.PathLike, *, units: int | None = None, unit_tokens: int | None = None) -> list[dict]:
-    """Plan every write into Lance of the job file, as ``pipeline plan`` does: one ``{"dir", "plan"}`` each."""
-    return json.loads(_native.plan(os.fspath(job), units, unit_tokens, _Show(False, False)))
+def plan(job: str | os.PathLike, vars: Mapping[str, Any] | None = None, *, units: int | None = None,
+         unit_tokens: int | None = None) -> list[dict]:
+    """Plan every write into Lance of the job file, as ``pipeline plan`` does: one ``{"dir", "plan"}`` each.
+    ``vars`` fill its ``${NAME}`` variables, as in ``run``."""
+    return json.loads(_native.plan(os.fspath(job), _vars(vars), units, unit_tokens, _Show(False, False)))
 
 
 def trial(
     job: str | os.PathLike,
+    vars: Mapping[str, Any] | None = None,
     *,
     minutes: float | None = None,
     sample: int | None = None,
@@ -253,8 +256,8 @@ def trial(
     name: str | None = None,
 ) -> dict:
     """A short trial of the job file, as ``pipeline trial`` runs one (saved to ``save``, trial.json by
-    default, for ``pipeline cost``); returns its report."""
-    return json.loads(_native.trial(os.fspath(job), minutes, sample, None if save is None else os.fspath(save),
+    default, for ``pipeline cost``); returns its report. ``vars`` fill the job's ``${NAME}`` variables."""
+    return json.loads(_native.trial(os.fspath(job), _vars(vars), minutes, sample, None if save is None else os.fspath(save),
                                     reference, memory_budget, probe, name, _Show(False, False)))
 
 
@@ -262,6 +265,7 @@ def verify(
     dataset: str | os.PathLike,
     *,
     job: str | os.PathLike | None = None,
+    vars: Mapping[str, Any] | None = None,
     sample: int | None = None,
     seed: int = 0,
     min_cosine: float | None = None,
@@ -273,8 +277,9 @@ def verify(
 ) -> dict:
     """Verify a dataset as ``pipeline verify`` does (its ids against the job's corpus, its vectors, a sample
     embedded again), saving the result beside a local dataset. ``report["verdict"]`` is ``"sound"``,
-    ``"findings"`` (listed in ``report["findings"]``) or ``"cannot check"``."""
-    report = _native.verify(os.fspath(dataset), None if job is None else os.fspath(job), sample, seed, min_cosine,
+    ``"findings"`` (listed in ``report["findings"]``) or ``"cannot check"``. ``vars`` fill the job's ``${NAME}``
+    variables."""
+    report = _native.verify(os.fspath(dataset), None if job is None else os.fspath(job), _vars(vars), sample, seed, min_cosine,
                             None if model is None else os.fspath(model), device, id_column, column,
                             _Show(False, quiet))
     return json.loads(report)

@@ -20,7 +20,9 @@ use arrow::datatypes::{DataType, Field, SchemaRef};
 use arrow::ffi_stream::FFI_ArrowArrayStream;
 use embedding_pipeline::campaign::interrupt;
 use embedding_pipeline::ops::run::{RunReport, RunSettings, WriteProgress};
-use embedding_pipeline::ops::script::{JobStatement, check_sets_against_job, is_var_name, job_statements, read_job};
+use embedding_pipeline::ops::script::{
+    JobStatement, check_sets_against_job, is_setting_name, is_var_name, job_statements, read_job,
+};
 use embedding_pipeline::ops::{PlanChoice, Reporter};
 use embedding_pipeline::{EmbedOptions, EmbedSession, Error};
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
@@ -329,7 +331,7 @@ fn statements(
 /// Settings' keys as `--set` takes them: `namespace.key`, of letters, digits, `_` and `.`.
 fn checked_sets(sets: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
     for (key, _) in &sets {
-        if !key.contains('.') || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+        if !is_setting_name(key) {
             return Err(PipelineError::new_err(format!(
                 "sets: `{key}` is not a setting's name; write it as namespace.key, e.g. {{\"embed.batch_tokens\": 8192}}"
             )));
@@ -565,10 +567,11 @@ fn embed(py: Python<'_>, texts: Vec<String>, model: Option<String>, device: Opti
 /// Plan every write into Lance of the job file (`pipeline plan`): the plans and where each was written, as
 /// JSON text.
 #[pyfunction]
-#[pyo3(signature = (job, units=None, unit_tokens=None, on_event=None))]
+#[pyo3(signature = (job, vars=None, units=None, unit_tokens=None, on_event=None))]
 fn plan(
     py: Python<'_>,
     job: PathBuf,
+    vars: Option<BTreeMap<String, String>>,
     units: Option<u64>,
     unit_tokens: Option<u64>,
     on_event: Option<Bound<'_, PyAny>>,
@@ -585,7 +588,7 @@ fn plan(
     let what = format!("the plan of {}", job.display());
     let collector = Collector::default();
     let plans = wait(py, &collector, on_event.as_ref(), OnStop::Abandon(what), move || async move {
-        embedding_pipeline::ops::plan::plan_job(&job, size).await
+        embedding_pipeline::ops::plan::plan_job(&job, &vars.unwrap_or_default(), size).await
     })?;
     let out: Vec<_> =
         plans.iter().map(|(plan, dir)| serde_json::json!({"dir": dir.display().to_string(), "plan": plan})).collect();
@@ -594,11 +597,12 @@ fn plan(
 
 /// A short trial of the job (`pipeline trial`), saved as the command saves it; its report as JSON text.
 #[pyfunction]
-#[pyo3(signature = (job, minutes=None, sample=None, save=None, reference=None, memory_budget=None, probe=true, name=None, on_event=None))]
+#[pyo3(signature = (job, vars=None, minutes=None, sample=None, save=None, reference=None, memory_budget=None, probe=true, name=None, on_event=None))]
 #[allow(clippy::too_many_arguments)]
 fn trial(
     py: Python<'_>,
     job: PathBuf,
+    vars: Option<BTreeMap<String, String>>,
     minutes: Option<f64>,
     sample: Option<u64>,
     save: Option<PathBuf>,
@@ -613,6 +617,7 @@ fn trial(
         return Err(PipelineError::new_err("give minutes or sample, not both"));
     }
     let mut args = TrialArgs::new(job);
+    args.vars = vars.unwrap_or_default();
     if let Some(minutes) = minutes {
         args.minutes = minutes;
     }
@@ -635,12 +640,13 @@ fn trial(
 /// Verify a dataset (`pipeline verify`), saving the result beside a local dataset as the command does; the
 /// report as JSON text.
 #[pyfunction]
-#[pyo3(signature = (dataset, job=None, sample=None, seed=0, min_cosine=None, model=None, device=None, id_column=None, column=None, on_event=None))]
+#[pyo3(signature = (dataset, job=None, vars=None, sample=None, seed=0, min_cosine=None, model=None, device=None, id_column=None, column=None, on_event=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify(
     py: Python<'_>,
     dataset: String,
     job: Option<PathBuf>,
+    vars: Option<BTreeMap<String, String>>,
     sample: Option<u64>,
     seed: u64,
     min_cosine: Option<f64>,
@@ -653,6 +659,7 @@ fn verify(
     use embedding_pipeline::ops::verify::VerifyArgs;
     let mut args = VerifyArgs::new(dataset);
     args.job = job;
+    args.vars = vars.unwrap_or_default();
     if let Some(sample) = sample {
         args.sample = sample;
     }

@@ -181,24 +181,28 @@ def test_sql_returns_arrow_without_a_copy(tmp_path, job):
 def test_plan_trial_and_verify_return_the_commands_reports(pipeline, tmp_path, monkeypatch):
     corpus = tmp_path / "docs.jsonl"
     write_corpus(corpus, 100)
+    # The job's folder is a variable, given to every call as `--var` gives it to the command.
     job = tmp_path / "job.sql"
     job.write_text(
         f"SET embed.model = '{ROOT / 'models' / 'all-MiniLM-L6-v2'}';\n"
-        f"CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '{corpus}';\n"
-        f"COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{tmp_path / 'out.lance'}' STORED AS LANCE;\n"
+        "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '${DIR}/docs.jsonl';\n"
+        "COPY (SELECT id, embed(text) AS embedding FROM docs) TO '${DIR}/out.lance' STORED AS LANCE;\n"
     )
-    [planned] = ep.plan(job)
+    with pytest.raises(ep.PipelineError, match=r"job.sql line 2: \$\{DIR\} has no value"):
+        ep.plan(job)
+    at = {"DIR": tmp_path}
+    [planned] = ep.plan(job, at)
     assert planned["plan"]["totals"]["rows"] == 100 and os.path.isdir(planned["dir"])
-    t = ep.trial(job, sample=40, save=tmp_path / "trial.json")
+    t = ep.trial(job, at, sample=40, save=tmp_path / "trial.json")
     assert (tmp_path / "trial.json").exists() and t["fingerprint"]["dim"] == 384
-    ep.run(job, progress=False)
+    ep.run(job, at, progress=False)
     # Ctrl-C at verify's first stage: it stops there and saves nothing, as `pipeline verify` on SIGINT.
     interrupted = interrupting(lambda kind, value: kind == "note", monkeypatch)
     with pytest.raises(KeyboardInterrupt, match="verify of .*out.lance stopped before its end"):
-        ep.verify(tmp_path / "out.lance", job=job, sample=20)
+        ep.verify(tmp_path / "out.lance", job=job, vars=at, sample=20)
     assert interrupted.sent and not (tmp_path / "out.lance.verify.json").exists()
     monkeypatch.undo()
-    report = ep.verify(tmp_path / "out.lance", job=job, sample=20)
+    report = ep.verify(tmp_path / "out.lance", job=job, vars=at, sample=20)
     assert report["verdict"] == "sound", report
     assert report["rows"] == 100 and (tmp_path / "out.lance.verify.json").exists()
     with pytest.raises(ep.PipelineError, match="nowhere.lance"):

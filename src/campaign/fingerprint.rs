@@ -301,6 +301,7 @@ fn cached_file_fact(
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
         file: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
         message,
+        source: None,
     };
     let meta = std::fs::metadata(path).map_err(|e| err(format!("cannot read: {e}")))?;
     let key = (path.to_path_buf(), meta.len(), meta.modified().ok(), fact);

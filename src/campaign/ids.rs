@@ -51,11 +51,20 @@ impl IdCheck {
     }
 }
 
-/// Refuse a write whose output has no id column.
+/// Refuse a write whose output has no id column, or one of floating-point numbers: ids are integers or strings,
+/// which compare exactly (1.0 and 0.1 + 0.9 need not be the same id, and NaN is no id at all).
 pub fn require_id_column(input: &LogicalPlan, column: &str) -> Result<()> {
-    if input.schema().columns().iter().all(|c| c.name != column) {
+    let Some(field) = input.schema().fields().iter().find(|f| f.name() == column) else {
         return datafusion::common::plan_err!(
             "the output has no id column `{column}`; select one (SELECT {column}, embed(text) …), or SET embed.id_column"
+        );
+    };
+    if field.data_type().is_floating() || matches!(field.data_type(), DataType::Dictionary(_, v) if v.is_floating()) {
+        return datafusion::common::plan_err!(
+            "the id column `{column}` holds floating-point numbers ({}); ids are integers or strings, which compare \
+             exactly. Cast it (SELECT CAST({column} AS BIGINT) AS {column}, … or CAST({column} AS VARCHAR)), or SET \
+             embed.id_column to another column",
+            field.data_type()
         );
     }
     Ok(())

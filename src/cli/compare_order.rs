@@ -1,20 +1,12 @@
 //! `pipeline compare-order job.sql [--sample N] [--json]`: [`crate::ops::checks::compare_order`], printed.
 
-use std::path::Path;
-
 use anyhow::bail;
 
-use crate::ops::checks::{OrderComparison, OrderRun, compare_order};
+use crate::ops::checks::{OrderComparison, OrderRun, SampleSource, compare_order};
 
 /// Embed a sample of the job's corpus in both orders, print the comparison, fail when the vectors differ.
-pub async fn compare_order_command(
-    file: &Path,
-    sample: usize,
-    table: Option<&str>,
-    column: &str,
-    json: bool,
-) -> anyhow::Result<()> {
-    let report = compare_order(file, sample, table, column).await?;
+pub async fn compare_order_command(source: &SampleSource, sample: usize, json: bool) -> anyhow::Result<()> {
+    let report = compare_order(source, sample).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -1,21 +1,12 @@
 //! `pipeline check-invariance job.sql [--sample N]`: [`crate::ops::checks::check_invariance`], printed.
 
-use std::path::Path;
-
 use anyhow::bail;
 
-use crate::ops::checks::check_invariance;
+use crate::ops::checks::{SampleSource, check_invariance};
 
 /// Run the check, print it, fail when a vector depends on its batch neighbours.
-pub async fn check(
-    file: &Path,
-    sample: usize,
-    table: Option<&str>,
-    column: &str,
-    max_diff: f64,
-    json: bool,
-) -> anyhow::Result<()> {
-    let report = check_invariance(file, sample, table, column, max_diff).await?;
+pub async fn check(source: &SampleSource, sample: usize, max_diff: f64, json: bool) -> anyhow::Result<()> {
+    let report = check_invariance(source, sample, max_diff).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -90,9 +90,7 @@ pub fn parse_sets(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .map(|item| {
             let (key, value) = item
                 .split_once('=')
-                .filter(|(k, _)| {
-                    k.contains('.') && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-                })
+                .filter(|(k, _)| crate::ops::script::is_setting_name(k))
                 .ok_or_else(|| anyhow!("--set {item}: write it as key=value, e.g. --set embed.batch_tokens=8192"))?;
             Ok((key.trim().to_string(), value.to_string()))
         })

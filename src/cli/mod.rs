@@ -88,9 +88,8 @@ pub struct JobSettings {
     /// the same key is refused.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
-    /// A value for ${NAME} in the job's text, e.g. --var CORPUS=data/a.jsonl (repeatable).
-    #[arg(long = "var", value_name = "NAME=VALUE")]
-    pub vars: Vec<String>,
+    #[command(flatten)]
+    pub vars: JobVars,
     /// Run the job's queries on the Ballista cluster whose scheduler is at df://HOST:PORT (pipeline scheduler),
     /// on its executors' devices.
     #[arg(long, value_name = "df://HOST:PORT", env = "EMBED_PIPELINE_CLUSTER")]
@@ -98,6 +97,105 @@ pub struct JobSettings {
     /// The cluster's keys, for a cluster started with --cluster-keys (`pipeline cluster-keys DIR`).
     #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
     pub cluster_keys: Option<PathBuf>,
+}
+
+/// Values for a job's `${NAME}` variables: every command that reads a job file takes them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobVars {
+    /// A value for ${NAME} in the job's text, e.g. --var CORPUS=data/a.jsonl (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
+}
+
+impl JobVars {
+    /// The values by name; a malformed one, or a name given twice, is an error.
+    fn parse(&self) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+        job_input::parse_vars(&self.vars)
+    }
+}
+
+/// A dataset's id and vector columns (`verify`, `evaluate`, `compare`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Columns {
+    /// The id column.
+    #[arg(long, default_value = "id")]
+    id_column: String,
+    /// The vector column.
+    #[arg(long, default_value = "embedding")]
+    column: String,
+}
+
+/// Where a check's sample of a job's corpus comes from (`compare-order`, `check-invariance`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SampleSource {
+    /// The source table (default: the job's first non-Lance external table).
+    #[arg(long)]
+    table: Option<String>,
+    /// The text column.
+    #[arg(long, default_value = "text")]
+    column: String,
+}
+
+impl SampleSource {
+    /// The library's sample source: this table and column of the job `file`, with its variables.
+    fn of(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<crate::ops::checks::SampleSource> {
+        Ok(crate::ops::checks::SampleSource { file, vars: vars.parse()?, table: self.table, column: self.column })
+    }
+}
+
+/// What `pipeline trial` is asked beside its job: the library's [`crate::ops::trial::TrialArgs`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrialFlags {
+    /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
+    #[arg(long, default_value_t = crate::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
+    minutes: f64,
+    /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
+    /// stratum, k chosen to come nearest).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    sample: Option<u64>,
+    /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
+    #[arg(long, default_value = crate::ops::trial::TrialArgs::DEFAULT_SAVE)]
+    save: PathBuf,
+    /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
+    /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
+    #[arg(long, value_name = "DATASET")]
+    reference: Option<String>,
+    /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
+    #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
+    memory_budget: Option<u64>,
+    /// Keep the job's batch settings; do not probe.
+    #[arg(long)]
+    no_probe: bool,
+    /// The trial's name, which pipeline cost prints and prices it by (default: the device).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+impl TrialFlags {
+    /// The library's arguments: these, for the job `file` with its variables.
+    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<crate::ops::trial::TrialArgs> {
+        let Self { minutes, sample, save, reference, memory_budget, no_probe, name } = self;
+        Ok(crate::ops::trial::TrialArgs {
+            file,
+            vars: vars.parse()?,
+            minutes,
+            sample,
+            save,
+            reference,
+            memory_budget,
+            no_probe,
+            name,
+        })
+    }
+}
+
+/// The cluster's keys, for its scheduler and executors.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeysDir {
+    /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
+    /// clients and executors that hold the same keys. Needed to listen on an address other hosts can reach.
+    #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
+    cluster_keys: Option<PathBuf>,
 }
 
 /// Where ONNX Runtime comes from; only the commands that run the model take it.
@@ -154,6 +252,8 @@ pub enum Command {
     Plan {
         /// The job file.
         file: PathBuf,
+        #[command(flatten)]
+        vars: JobVars,
         /// Print the plans as JSON.
         #[arg(long)]
         json: bool,
@@ -172,6 +272,8 @@ pub enum Command {
     Probe {
         /// The job file (its first write into Lance is probed).
         file: PathBuf,
+        #[command(flatten)]
+        vars: JobVars,
         /// Most memory the process may use, e.g. 8GiB or 900MB (default: 90% of the available memory,
         /// plus what the loaded model holds).
         #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
@@ -192,29 +294,10 @@ pub enum Command {
     Trial {
         /// The job file (its first write into Lance is tried; the output itself is not touched).
         file: PathBuf,
-        /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
-        #[arg(long, default_value_t = crate::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
-        minutes: f64,
-        /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
-        /// stratum, k chosen to come nearest).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        sample: Option<u64>,
-        /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
-        #[arg(long, default_value = crate::ops::trial::TrialArgs::DEFAULT_SAVE)]
-        save: PathBuf,
-        /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
-        /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
-        #[arg(long, value_name = "DATASET")]
-        reference: Option<String>,
-        /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
-        #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
-        memory_budget: Option<u64>,
-        /// Keep the job's batch settings; do not probe.
-        #[arg(long)]
-        no_probe: bool,
-        /// The trial's name, which pipeline cost prints and prices it by (default: the device).
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        vars: JobVars,
+        #[command(flatten)]
+        trial: TrialFlags,
         /// Print trial.json.
         #[arg(long)]
         json: bool,
@@ -251,10 +334,8 @@ pub enum Command {
         /// Executors send word every 5 s, busy or not; 10 at least.
         #[arg(long, value_name = "SECONDS", default_value_t = 180)]
         executor_timeout: u64,
-        /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
-        /// clients and executors that hold the same keys. Needed to listen on an address other hosts can reach.
-        #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
-        cluster_keys: Option<PathBuf>,
+        #[command(flatten)]
+        keys: KeysDir,
     },
     /// Run a cluster executor: one per GPU. It takes tasks from the scheduler and embeds on its device.
     /// Runs until stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks on the other executors).
@@ -282,10 +363,8 @@ pub enum Command {
         /// Directory for shuffle files (default: a directory under the system's temporary directory).
         #[arg(long, value_name = "DIR")]
         work_dir: Option<PathBuf>,
-        /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
-        /// clients and executors that hold the same keys. Needed to listen on an address other hosts can reach.
-        #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
-        cluster_keys: Option<PathBuf>,
+        #[command(flatten)]
+        keys: KeysDir,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -421,6 +500,8 @@ pub enum Command {
         /// The job that made it: its corpus's ids, and the sample's texts.
         #[arg(long, value_name = "FILE")]
         job: Option<PathBuf>,
+        #[command(flatten)]
+        vars: JobVars,
         /// Rows of the corpus to embed again (with --job; 0: none).
         #[arg(long, default_value_t = crate::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
         sample: u64,
@@ -436,12 +517,8 @@ pub enum Command {
         /// Where the sample is embedded again: cpu, cuda or cuda:N.
         #[arg(long, value_name = "DEVICE")]
         device: Option<String>,
-        /// The id column.
-        #[arg(long, default_value = "id")]
-        id_column: String,
-        /// The vector column.
-        #[arg(long, default_value = "embedding")]
-        column: String,
+        #[command(flatten)]
+        columns: Columns,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -483,12 +560,8 @@ pub enum Command {
         /// The seed of the --overlap sample.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// The id column.
-        #[arg(long, default_value = "id")]
-        id_column: String,
-        /// The vector column.
-        #[arg(long, default_value = "embedding")]
-        column: String,
+        #[command(flatten)]
+        columns: Columns,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -535,27 +608,21 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// The id column.
-        #[arg(long, default_value = "id")]
-        id_column: String,
-        /// The vector column.
-        #[arg(long, default_value = "embedding")]
-        column: String,
+        #[command(flatten)]
+        columns: Columns,
     },
     /// Embed a sample of a job's corpus in length order and in the original order, and show both side
     /// by side. Exits non-zero when an id's vectors differ by more than 1e-5 between the orders.
     CompareOrder {
         /// The job file: its SET and CREATE statements are run, then the sample is drawn.
         file: PathBuf,
+        #[command(flatten)]
+        vars: JobVars,
         /// Rows in the sample.
         #[arg(long, default_value_t = 2000)]
         sample: usize,
-        /// The source table (default: the job's first non-Lance external table).
-        #[arg(long)]
-        table: Option<String>,
-        /// The text column.
-        #[arg(long, default_value = "text")]
-        column: String,
+        #[command(flatten)]
+        source: SampleSource,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -567,15 +634,13 @@ pub enum Command {
     CheckInvariance {
         /// The job file: its SET and CREATE statements are run, then the sample is drawn.
         file: PathBuf,
+        #[command(flatten)]
+        vars: JobVars,
         /// Texts in the sample.
         #[arg(long, default_value_t = 64)]
         sample: usize,
-        /// The source table (default: the job's first non-Lance external table).
-        #[arg(long)]
-        table: Option<String>,
-        /// The text column.
-        #[arg(long, default_value = "text")]
-        column: String,
+        #[command(flatten)]
+        source: SampleSource,
         /// Largest acceptable absolute difference of any vector element.
         #[arg(long, default_value_t = 1e-5)]
         max_diff: f64,
@@ -713,32 +778,12 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             clap_complete::generate(shell, &mut Cli::command(), "pipeline", &mut std::io::stdout());
             Ok(())
         }
-        Command::Plan { file, json, units, unit_tokens, runtime } => {
-            runtime.apply();
-            let size = units.map_or(crate::ops::plan::UnitSize::Tokens(unit_tokens), crate::ops::plan::UnitSize::Count);
-            plan::plan_file(&file, json, size).await
-        }
-        Command::Probe { file, memory_budget, max_batch_tokens, json, runtime } => {
-            runtime.apply();
-            probe::probe_file(&file, memory_budget, max_batch_tokens as usize, json).await
-        }
-        Command::Trial { file, minutes, sample, save, reference, memory_budget, no_probe, name, json, runtime } => {
-            runtime.apply();
-            let args =
-                crate::ops::trial::TrialArgs { file, minutes, sample, save, reference, memory_budget, no_probe, name };
-            trial::trial_file(&args, json).await
-        }
-        Command::Cost { trials, prices, deadline, json, chart } => {
-            cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
-        }
-        Command::CompareOrder { file, sample, table, column, json, runtime } => {
-            runtime.apply();
-            compare_order::compare_order_command(&file, sample, table.as_deref(), &column, json).await
-        }
-        Command::CheckInvariance { file, sample, table, column, max_diff, json, runtime } => {
-            runtime.apply();
-            invariance::check(&file, sample, table.as_deref(), &column, max_diff, json).await
-        }
+        c @ (Command::Plan { .. }
+        | Command::Probe { .. }
+        | Command::Trial { .. }
+        | Command::Cost { .. }
+        | Command::CompareOrder { .. }
+        | Command::CheckInvariance { .. }) => prepare_command(c).await,
         Command::Devices { json, runtime } => {
             runtime.apply();
             devices::print(json)
@@ -770,6 +815,37 @@ fn plan_choice(plan: Option<std::path::PathBuf>, no_plan: bool) -> crate::ops::P
     }
 }
 
+/// The commands that prepare a campaign before it runs: plan, probe, trial, cost and the model checks.
+async fn prepare_command(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Plan { file, vars, json, units, unit_tokens, runtime } => {
+            runtime.apply();
+            let size = units.map_or(crate::ops::plan::UnitSize::Tokens(unit_tokens), crate::ops::plan::UnitSize::Count);
+            plan::plan_file(&file, &vars.parse()?, json, size).await
+        }
+        Command::Probe { file, vars, memory_budget, max_batch_tokens, json, runtime } => {
+            runtime.apply();
+            probe::probe_file(&file, &vars.parse()?, memory_budget, max_batch_tokens as usize, json).await
+        }
+        Command::Trial { file, vars, trial, json, runtime } => {
+            runtime.apply();
+            trial::trial_file(&trial.args(file, &vars)?, json).await
+        }
+        Command::Cost { trials, prices, deadline, json, chart } => {
+            cost::cost_files(&trials, prices.as_deref(), deadline, json, chart.as_deref())
+        }
+        Command::CompareOrder { file, vars, sample, source, json, runtime } => {
+            runtime.apply();
+            compare_order::compare_order_command(&source.of(file, &vars)?, sample, json).await
+        }
+        Command::CheckInvariance { file, vars, sample, source, max_diff, json, runtime } => {
+            runtime.apply();
+            invariance::check(&source.of(file, &vars)?, sample, max_diff, json).await
+        }
+        _ => unreachable!("main hands only the preparations here"),
+    }
+}
+
 /// The commands that read, search, compare, report or maintain a dataset.
 async fn dataset_command(command: Command) -> anyhow::Result<()> {
     match command {
@@ -794,8 +870,7 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
             shared_ids,
             allow_different_fingerprints,
             json,
-            id_column,
-            column,
+            columns: Columns { id_column, column },
         } => {
             let thresholds =
                 crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
@@ -808,11 +883,24 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
 /// The commands that check a dataset: `verify` and `evaluate`.
 async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
     match command {
-        Command::Verify { dataset, job, sample, seed, min_cosine, model, device, id_column, column, json, runtime } => {
+        Command::Verify {
+            dataset,
+            job,
+            vars,
+            sample,
+            seed,
+            min_cosine,
+            model,
+            device,
+            columns: Columns { id_column, column },
+            json,
+            runtime,
+        } => {
             runtime.apply();
             let args = crate::ops::verify::VerifyArgs {
                 dataset,
                 job,
+                vars: vars.parse()?,
                 sample,
                 seed,
                 min_cosine,
@@ -834,8 +922,7 @@ async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
             overlap,
             overlap_sample,
             seed,
-            id_column,
-            column,
+            columns: Columns { id_column, column },
             json,
             runtime,
         } => {
@@ -866,7 +953,7 @@ async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
 /// The cluster's commands: its keys, its scheduler and executors.
 async fn cluster_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Scheduler { bind, executor_timeout, cluster_keys } => {
+        Command::Scheduler { bind, executor_timeout, keys: KeysDir { cluster_keys } } => {
             let keys = cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?;
             Ok(crate::cluster::run_scheduler(bind, executor_timeout, keys, |line| println!("{line}")).await?)
         }
@@ -888,7 +975,7 @@ async fn cluster_command(command: Command) -> anyhow::Result<()> {
             concurrent_tasks,
             intra_threads,
             work_dir,
-            cluster_keys,
+            keys: KeysDir { cluster_keys },
             runtime,
         } => {
             runtime.apply();
@@ -923,7 +1010,7 @@ fn job(
     if inputs.is_empty() && !allow_none {
         anyhow::bail!("give a job file, - for a job on standard input, or -c 'SQL'");
     }
-    let vars = job_input::parse_vars(&settings.vars)?;
+    let vars = settings.vars.parse()?;
     let sets = job_input::parse_sets(&settings.sets)?;
     let (statements, unused) = job_input::read_statements(inputs, &vars)?;
     job_input::check_sets_against_job(&sets, &statements)?;

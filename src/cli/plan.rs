@@ -1,6 +1,7 @@
 //! `pipeline plan job.sql [--json] [--units N | --unit-tokens T]` and `pipeline inspect <output>.plan`: the
 //! plans [`crate::ops::plan`] makes, printed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::anyhow;
@@ -9,8 +10,8 @@ use crate::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
 use crate::ops::plan::{UnitSize, plan_job, source_changes};
 
 /// Plan every write into Lance of the job file, and print what was found.
-pub async fn plan_file(file: &Path, json: bool, size: UnitSize) -> anyhow::Result<()> {
-    let plans = plan_job(file, size).await?;
+pub async fn plan_file(file: &Path, vars: &BTreeMap<String, String>, json: bool, size: UnitSize) -> anyhow::Result<()> {
+    let plans = plan_job(file, vars, size).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
     } else {

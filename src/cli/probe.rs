@@ -1,6 +1,7 @@
 //! `pipeline probe job.sql [--memory-budget SIZE] [--json]`: the batch setting a campaign can afford on this
 //! machine's device, found by [`crate::ops::probe`], printed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::campaign::memory::mib;
@@ -8,8 +9,14 @@ use crate::model::fit::{MemorySplit, gib};
 use crate::ops::probe::{ProbeReport, SAME_SPEED, probe_job};
 
 /// Probe the first write into Lance of the job file, and print what was found.
-pub async fn probe_file(file: &Path, budget: Option<u64>, max_batch_tokens: usize, json: bool) -> anyhow::Result<()> {
-    let report = probe_job(file, budget, max_batch_tokens).await?;
+pub async fn probe_file(
+    file: &Path,
+    vars: &BTreeMap<String, String>,
+    budget: Option<u64>,
+    max_batch_tokens: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let report = probe_job(file, vars, budget, max_batch_tokens).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -45,7 +45,7 @@ use crate::campaign::metrics::{RunMetrics, WriteReport};
 use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord};
 use crate::lance::lance_err;
 use crate::lance::lock::{Holder, WriteLock};
-use crate::lance::resume::{WriteTarget, open_existing, without_done_ids};
+use crate::lance::resume::{WriteTarget, open_existing, resume_refusal, without_done_ids};
 use crate::lance::sink::{ExistingOutput, check_existing, check_output_location, fingerprint_of_columns};
 use crate::options::EmbedOptions;
 
@@ -469,6 +469,26 @@ pub fn write_plan(input: LogicalPlan, spec: WriteSpec) -> Result<LogicalPlan> {
     Ok(LogicalPlan::Extension(Extension { node: Arc::new(ClusterWriteNode::new(input, spec)?) }))
 }
 
+/// The write's input without the ids the dataset `existing` at `uri` holds, dropped before embed(), on the
+/// executors, as a local write drops them. A resume that cannot drop them there, or whose rows are chosen anew on
+/// every run, is refused when the dataset holds rows (see [`resume_refusal`]).
+async fn without_done(
+    input: LogicalPlan,
+    uri: &str,
+    existing: &lance::Dataset,
+    id_column: &str,
+) -> Result<LogicalPlan> {
+    let skipped = without_done_ids(input, uri, id_column)?;
+    if skipped.after_embed.is_some() || skipped.chosen_by.is_some() {
+        let rows = existing.count_rows(None).await.map_err(lance_err(uri))? as u64;
+        let refusal = resume_refusal(uri, rows, skipped.after_embed.as_ref(), skipped.chosen_by.as_ref());
+        if let (true, Some(refusal)) = (rows > 0, refusal) {
+            return Err(refusal.into());
+        }
+    }
+    Ok(skipped.plan)
+}
+
 /// Run a job's write into Lance on the cluster `session` is connected to, as the module docs describe: checked
 /// and locked here, embedded and written by the tasks, committed here in one version. `None` when there was
 /// nothing left to write.
@@ -496,18 +516,9 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
     }
     let append = existing.is_some() && !options.restart;
     let input = target.input.as_ref().clone();
-    // The ids already written are dropped before embed(), on the executors, as a local write drops them.
-    let input = if append {
-        let skipped = without_done_ids(input, uri, &options.id_column)?;
-        if let (Some(why), Some(ds)) = (skipped.after_embed, &existing) {
-            let rows = ds.count_rows(None).await.map_err(lance_err(uri))? as u64;
-            if rows > 0 {
-                return Err(crate::Error::ResumeShape { uri: uri.to_string(), rows, why }.into());
-            }
-        }
-        skipped.plan
-    } else {
-        input
+    let input = match &existing {
+        Some(ds) if append => without_done(input, uri, ds, &options.id_column).await?,
+        _ => input,
     };
     // The ids the tasks would write are checked here, before any task runs, as a local write's planning does.
     crate::lance::guard::check_write_ids(&session.local_state(), &input, &options.id_column).await?;

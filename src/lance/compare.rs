@@ -17,7 +17,7 @@ use crate::campaign::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
 
 /// How many example ids to list for each side.
-const EXAMPLES: usize = 10;
+pub(crate) const EXAMPLES: usize = 10;
 
 /// What `pipeline compare` requires for a pass.
 #[derive(Debug, Clone, Serialize)]
@@ -94,18 +94,15 @@ pub async fn compare(
         let ds = open_dataset(location).await?;
         for col in [id_column, vector_column] {
             if ds.schema().field(col).is_none() {
-                return Err(Error::Lance { uri: location.into(), message: format!("has no column `{col}`") });
+                return Err(Error::lance(location, format!("has no column `{col}`")));
             }
         }
-        fingerprints.push(
-            fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: location.into(), message: e.to_string() })?,
-        );
+        fingerprints.push(fingerprint_of_dataset(&ds).map_err(|e| Error::lance_from(location, e))?);
         ctx.register_table(name, Arc::new(LanceTableProvider::new(Arc::new(ds), false, false)))
-            .map_err(|e| Error::Lance { uri: location.into(), message: e.to_string() })?;
+            .map_err(|e| Error::lance_from(location, e))?;
     }
     let (id, v) = (super::quote_ident(id_column), super::quote_ident(vector_column));
-    let err =
-        |e: datafusion::error::DataFusionError| Error::Lance { uri: format!("{a} vs {b}"), message: e.to_string() };
+    let err = |e: datafusion::error::DataFusionError| Error::lance_from(format!("{a} vs {b}"), e);
     let ids_of = |sql: String| {
         let ctx = ctx.clone();
         async move { distinct_ids(&ctx, &sql).await.map_err(err) }
@@ -155,7 +152,7 @@ async fn compare_pairs(
     mut pairs: datafusion::execution::SendableRecordBatchStream,
     label: &str,
 ) -> Result<(u64, Option<f64>, Option<f64>, Option<f64>)> {
-    let err = |e: datafusion::error::DataFusionError| Error::Lance { uri: label.to_string(), message: e.to_string() };
+    let err = |e: datafusion::error::DataFusionError| Error::lance_from(label, e);
     let (mut null_mismatches, mut n, mut sum) = (0u64, 0u64, 0f64);
     let (mut min_cos, mut max_abs) = (f64::INFINITY, 0f64);
     while let Some(batch) = pairs.next().await {
@@ -176,10 +173,7 @@ async fn compare_pairs(
             let (x, y) = (as_f32(va.value(i))?, as_f32(vb.value(i))?);
             let (x, y) = (x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values());
             if x.len() != y.len() {
-                return Err(Error::Lance {
-                    uri: label.to_string(),
-                    message: format!("vectors of {} and {} dimensions", x.len(), y.len()),
-                });
+                return Err(Error::lance(label, format!("vectors of {} and {} dimensions", x.len(), y.len())));
             }
             let (c, d) = cosine_and_max_diff(x, y);
             min_cos = min_cos.min(c);

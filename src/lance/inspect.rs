@@ -117,8 +117,7 @@ pub struct VersionReport {
 /// Inspect the dataset at `uri`; `id_column` names the ids to check.
 pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
     let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
-    let fingerprint =
-        fingerprint_of_dataset(&ds).map_err(|e| Error::Lance { uri: uri.into(), message: e.to_string() })?;
+    let fingerprint = fingerprint_of_dataset(&ds).map_err(|e| Error::lance_from(uri, e))?;
     let tags: BTreeMap<String, u64> =
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
     let mut versions = Vec::new();
@@ -180,7 +179,7 @@ pub async fn id_counts(ds: Arc<Dataset>, column: &str, examples: usize) -> Resul
     use datafusion::arrow::array::{Array, AsArray};
     use futures::StreamExt;
     let uri = ds.uri().to_string();
-    let df_err = |e: datafusion::error::DataFusionError| Error::Lance { uri: uri.clone(), message: e.to_string() };
+    let df_err = |e: datafusion::error::DataFusionError| Error::lance_from(uri.clone(), e);
     let ctx = SessionContext::new();
     ctx.register_table("t", Arc::new(LanceTableProvider::new(ds, false, false))).map_err(df_err)?;
     let id = super::quote_ident(column);

@@ -48,9 +48,8 @@ impl WriteLock {
     /// Take the lock of the dataset at `uri` for `holder`, or say who holds it.
     pub fn acquire(uri: &str, holder: Holder) -> Result<Self> {
         let path = lock_path(uri);
-        let failed = |what: &str, e: std::io::Error| Error::Lance {
-            uri: uri.to_string(),
-            message: format!("cannot {what} the lock file {}: {e}", path.display()),
+        let failed = |what: &str, e: std::io::Error| {
+            Error::lance_because(uri, format!("cannot {what} the lock file {}: {e}", path.display()), e)
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| failed("create the folder of", e))?;

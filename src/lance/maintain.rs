@@ -105,7 +105,7 @@ pub struct IndexRequest {
 }
 
 fn refuse(uri: &str, message: String) -> Error {
-    Error::Lance { uri: uri.to_string(), message }
+    Error::lance(uri, message)
 }
 
 /// Build (or rebuild) the vector index on `request.column`, in a new version carrying its record.

@@ -95,7 +95,7 @@ pub(crate) fn bounded_scan(ds: &lance::Dataset, columns: &[&str]) -> crate::Resu
 
 /// A Lance error on the dataset at `uri`, in this crate's terms.
 pub(crate) fn lance_err(uri: &str) -> impl Fn(lance::Error) -> crate::Error + '_ {
-    move |e| crate::Error::Lance { uri: uri.to_string(), message: lance_message(&e) }
+    move |e| crate::Error::lance_because(uri, lance_message(&e), e)
 }
 
 /// What went wrong with a Lance dataset, in the user's terms: Lance's own "not found" names the path
@@ -118,7 +118,7 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
         _ => (location, None),
     };
     let uri = dataset_uri(path);
-    let refuse = |message: String| crate::Error::Lance { uri: location.to_string(), message };
+    let refuse = |message: String| crate::Error::lance(location, message);
     if !crate::session::stores::is_supported(&uri) {
         let scheme = uri.split_once("://").map(|(s, _)| s).unwrap_or_default();
         return Err(refuse(format!("{scheme}:// locations are not supported; this build reads local paths and s3://")));
@@ -140,16 +140,17 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
                 && let Ok(latest) = DatasetBuilder::from_uri(&uri).load().await
             {
                 let what = if at.chars().all(|c| c.is_ascii_digit()) { "version" } else { "tag" };
-                return Err(crate::Error::Lance {
-                    uri: path.to_string(),
-                    message: format!(
+                return Err(crate::Error::lance_because(
+                    path,
+                    format!(
                         "has no {what} {at} (its latest version is {}; pipeline inspect {path} lists its versions and \
                          tags)",
                         latest.version().version
                     ),
-                });
+                    e,
+                ));
             }
-            Err(refuse(format!("cannot open: {}", lance_message(&e))))
+            Err(crate::Error::lance_because(location, format!("cannot open: {}", lance_message(&e)), e))
         }
     }
 }

@@ -91,10 +91,8 @@ pub async fn dataset_exists(uri: &str) -> bool {
 /// exists is opening it); `None` where [`dataset_exists`] says no.
 pub async fn open_existing(uri: &str) -> crate::Result<Option<Dataset>> {
     let opened = |r: lance::Result<Dataset>| {
-        r.map(Some).map_err(|e| crate::Error::Lance {
-            uri: uri.to_string(),
-            message: format!("cannot open: {}", super::lance_message(&e)),
-        })
+        r.map(Some)
+            .map_err(|e| crate::Error::lance_because(uri, format!("cannot open: {}", super::lance_message(&e)), e))
     };
     if crate::session::stores::is_local(uri) {
         if !Path::new(uri).join("_versions").is_dir() {
@@ -119,13 +117,15 @@ pub struct ExistingIds {
     schema: SchemaRef,
     /// Why the join with these ids sits after `embed()` (see [`WithoutDone::after_embed`]).
     after_embed: Option<String>,
+    /// What chooses the write's rows anew on every run (see [`WithoutDone::chosen_by`]).
+    chosen_by: Option<String>,
 }
 
 impl ExistingIds {
     /// The ids of the dataset at `uri`, read as `id_type`.
     pub fn new(uri: &str, column: &str, id_type: DataType) -> Self {
         let schema = Arc::new(Schema::new(vec![Field::new(column, id_type, true)]));
-        Self { uri: uri.to_string(), column: column.to_string(), schema, after_embed: None }
+        Self { uri: uri.to_string(), column: column.to_string(), schema, after_embed: None, chosen_by: None }
     }
 
     /// Joined after `embed()`, for the reason given: planning a scan of them then refuses a dataset that holds
@@ -135,16 +135,25 @@ impl ExistingIds {
         self
     }
 
-    /// Refuse a resume these ids would be dropped from only after embedding (see [`Self::after_embed`]): when
-    /// the dataset holds rows.
+    /// The write's rows are chosen by `what`, anew on every run: planning a scan of these ids then refuses a
+    /// dataset that holds rows, as a resume would add other rows to the ones the first run chose.
+    pub fn chosen_by(mut self, what: Option<String>) -> Self {
+        self.chosen_by = what;
+        self
+    }
+
+    /// Refuse a resume these ids would be dropped from only after embedding (see [`Self::after_embed`]), or of a
+    /// write whose rows are chosen anew on every run (see [`Self::chosen_by`]): when the dataset holds rows.
     pub async fn refuse_if_resumed(&self) -> Result<()> {
-        let Some(why) = &self.after_embed else { return Ok(()) };
+        if self.after_embed.is_none() && self.chosen_by.is_none() {
+            return Ok(());
+        }
         match rows_now(&self.uri).await {
-            Some(rows) if rows > 0 => Err(DataFusionError::from(crate::Error::ResumeShape {
-                uri: self.uri.clone(),
-                rows: rows as u64,
-                why: why.clone(),
-            })),
+            Some(rows) if rows > 0 => {
+                let refusal =
+                    resume_refusal(&self.uri, rows as u64, self.after_embed.as_ref(), self.chosen_by.as_ref());
+                refusal.map_or(Ok(()), |e| Err(DataFusionError::from(e)))
+            }
             _ => Ok(()),
         }
     }
@@ -320,15 +329,12 @@ pub async fn id_arrays(
     column: &str,
     want: &DataType,
 ) -> Result<futures::stream::BoxStream<'static, Result<datafusion::arrow::array::ArrayRef>>> {
-    let lance_err = |e: lance::Error| -> DataFusionError {
-        crate::Error::Lance { uri: uri.to_string(), message: e.to_string() }.into()
-    };
+    let lance_err = |e: lance::Error| -> DataFusionError { crate::Error::lance_from(uri, e).into() };
     let Some(ds) = open_existing(uri).await? else {
         return Ok(Box::pin(futures::stream::empty()));
     };
     if ds.schema().field(column).is_none() {
-        let e =
-            crate::Error::Lance { uri: uri.to_string(), message: format!("has no id column `{column}` to resume by") };
+        let e = crate::Error::lance(uri, format!("has no id column `{column}` to resume by"));
         return Err(DataFusionError::from(e));
     }
     let mut scan = ds.scan();
@@ -375,6 +381,55 @@ pub struct WithoutDone {
     /// still written once, but a resume would embed again what is done): `None` when every branch that calls
     /// `embed()` drops them first.
     pub after_embed: Option<String>,
+    /// The volatile expression that chooses the write's rows (`ORDER BY random() LIMIT n`, `WHERE random() < 0.1`),
+    /// if one does (see [`volatile_choice`]): a resume would choose other rows and add them to the ones written.
+    pub chosen_by: Option<String>,
+}
+
+/// Why a write into a dataset holding `rows` rows cannot resume, if it cannot: its done ids are dropped only
+/// after `embed()` (`after_embed`), or its rows are chosen anew on every run (`chosen_by`).
+pub fn resume_refusal(
+    uri: &str,
+    rows: u64,
+    after_embed: Option<&String>,
+    chosen_by: Option<&String>,
+) -> Option<crate::Error> {
+    let uri = uri.to_string();
+    match (chosen_by, after_embed) {
+        (Some(what), _) => Some(crate::Error::ResumeChoice { uri, rows, what: what.clone() }),
+        (None, Some(why)) => Some(crate::Error::ResumeShape { uri, rows, why: why.clone() }),
+        (None, None) => None,
+    }
+}
+
+/// The volatile expression (`random()`, `uuid()`) that decides which rows of `input` reach its output, if one
+/// does: in a filter, a LIMIT's ordering, a join, a grouping, a window or a DISTINCT, or in a column computed
+/// beneath one of them. Each run then chooses other rows. A volatile column that only rides along is no choice.
+pub fn volatile_choice(input: &LogicalPlan) -> Option<String> {
+    let mut found = None;
+    let chooses = |node: &LogicalPlan| match node {
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::Join(_)
+        | LogicalPlan::Aggregate(_)
+        | LogicalPlan::Window(_)
+        | LogicalPlan::Distinct(_) => true,
+        LogicalPlan::Sort(s) => s.fetch.is_some(),
+        _ => false,
+    };
+    // Infallible closures: `apply` only returns their errors.
+    let _ = input.apply(|node| {
+        if !chooses(node) {
+            return Ok(TreeNodeRecursion::Continue);
+        }
+        // The chooser's own expressions and those of every node beneath it.
+        let _ = node.apply(|below| {
+            found = below.expressions().into_iter().find(Expr::is_volatile).map(|e| e.to_string());
+            Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        });
+        Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Jump })
+    });
+    found
 }
 
 /// Drop the rows whose output id the dataset at `uri` already holds, in every branch that feeds the output,
@@ -388,15 +443,16 @@ pub struct WithoutDone {
 /// column `column` (the id check refuses that).
 pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<WithoutDone> {
     let Some((qualifier, _)) = input.schema().iter().find(|(_, f)| f.name() == column) else {
-        return Ok(WithoutDone { plan: input, after_embed: None });
+        return Ok(WithoutDone { plan: input, after_embed: None, chosen_by: None });
     };
     let id = Expr::Column(Column::new(qualifier.cloned(), column));
-    let skip = Skip { uri, column };
+    let chosen_by = volatile_choice(&input);
+    let skip = Skip { uri, column, chosen_by: chosen_by.clone() };
     match skip.push(input.clone(), id.clone())? {
-        Pushed::Done(plan) => Ok(WithoutDone { plan: *plan, after_embed: None }),
+        Pushed::Done(plan) => Ok(WithoutDone { plan: *plan, after_embed: None, chosen_by }),
         Pushed::Stopped(why) => {
             let plan = skip.anti_join(input, id, Some(why.clone()))?;
-            Ok(WithoutDone { plan, after_embed: Some(why) })
+            Ok(WithoutDone { plan, after_embed: Some(why), chosen_by })
         }
     }
 }
@@ -440,6 +496,8 @@ enum Pushed {
 struct Skip<'a> {
     uri: &'a str,
     column: &'a str,
+    /// What chooses the write's rows anew on every run, if anything (see [`volatile_choice`]).
+    chosen_by: Option<String>,
 }
 
 impl Skip<'_> {
@@ -527,7 +585,10 @@ impl Skip<'_> {
     fn anti_join(&self, input: LogicalPlan, id: Expr, after_embed: Option<String>) -> Result<LogicalPlan> {
         use datafusion::logical_expr::ExprSchemable;
         let id_type = id.get_type(input.schema())?;
-        let ids = ExistingIds::new(self.uri, self.column, id_type).after_embed(after_embed).scan_plan()?;
+        let ids = ExistingIds::new(self.uri, self.column, id_type)
+            .after_embed(after_embed)
+            .chosen_by(self.chosen_by.clone())
+            .scan_plan()?;
         let done = Expr::Column(Column::new(Some("__done_ids"), self.column));
         LogicalPlanBuilder::from(ids)
             .join_with_expr_keys(input, JoinType::RightAnti, (vec![done], vec![id]), None)?
@@ -539,6 +600,24 @@ impl Skip<'_> {
 /// projection over the LIMIT, so that only the rows kept are embedded, and a resume can drop done rows
 /// between them. `None` when `node` is not that shape, or its ordering needs the vectors.
 fn embed_above_limit(node: &LogicalPlan) -> Result<Option<LogicalPlan>> {
+    // A LIMIT over a projection that calls no embed() itself (the one that drops an ORDER BY column the SELECT does
+    // not show): the LIMIT goes under it first, as a projection keeps every row, and then under the embed().
+    if let LogicalPlan::Limit(l) = node
+        && let LogicalPlan::Projection(outer) = l.input.as_ref()
+        && !outer.expr.iter().any(expr_calls_embed)
+    {
+        let limit = LogicalPlan::Limit(datafusion::logical_expr::Limit {
+            skip: l.skip.clone(),
+            fetch: l.fetch.clone(),
+            input: Arc::clone(&outer.input),
+        });
+        return match embed_above_limit(&limit)? {
+            Some(lifted) => {
+                Ok(Some(LogicalPlan::Projection(Projection::try_new(outer.expr.clone(), Arc::new(lifted))?)))
+            }
+            None => Ok(None),
+        };
+    }
     let (limit, sort, projection) = match node {
         LogicalPlan::Limit(l) => match l.input.as_ref() {
             LogicalPlan::Sort(s) if s.fetch.is_none() => match s.input.as_ref() {

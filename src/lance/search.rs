@@ -110,7 +110,7 @@ pub async fn nearest(args: &SearchRequest) -> Result<RecordBatch> {
     let query = args.query.clone();
     let vector = tokio::task::spawn_blocking(move || embedder.embed(&[Some(query.as_str())], &settings))
         .await
-        .map_err(|e| Error::Onnx(format!("the query's embedding did not finish: {e}")))??;
+        .map_err(|e| Error::onnx(format!("the query's embedding did not finish: {e}")))??;
     let q = Float32Array::from(vector.vectors);
     // The query in the stored vectors' element type (float16 under embed.precision).
     let element = match field.data_type() {

@@ -80,8 +80,10 @@ impl LanceSink {
             && crate::session::stores::is_local(&self.uri)
             && let Some(target) = dangling_link(std::path::Path::new(&self.uri))
         {
-            std::fs::create_dir(&target)
-                .map_err(|e| self.lance_err(format!("cannot make {}, where it links to: {e}", target.display())))?;
+            std::fs::create_dir(&target).map_err(|e| {
+                let message = format!("cannot make {}, where it links to: {e}", target.display());
+                datafusion::error::DataFusionError::from(Error::lance_because(self.uri.clone(), message, e))
+            })?;
         }
         let found = match &existing {
             Some(ds) => check_existing(&self.uri, ds, self.fingerprint.as_ref(), options).await?,
@@ -109,8 +111,8 @@ impl LanceSink {
         Ok(())
     }
 
-    fn lance_err(&self, e: impl fmt::Display) -> datafusion::error::DataFusionError {
-        Error::Lance { uri: self.uri.clone(), message: e.to_string() }.into()
+    fn lance_err(&self, e: lance::Error) -> datafusion::error::DataFusionError {
+        crate::lance::lance_err(&self.uri)(e).into()
     }
 }
 
@@ -404,7 +406,7 @@ fn dangling_link(path: &std::path::Path) -> Option<std::path::PathBuf> {
 }
 
 pub(crate) fn check_output_location(uri: &str) -> Result<()> {
-    let refuse = |message: String| Err(Error::Lance { uri: uri.to_string(), message }.into());
+    let refuse = |message: String| Err(Error::lance(uri, message).into());
     if let Some((scheme, _)) = uri.split_once("://") {
         if crate::session::stores::is_supported(uri) {
             return Ok(());

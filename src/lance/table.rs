@@ -66,13 +66,13 @@ impl TableProviderFactory for LanceTableFactory {
                 }
             }
         }
-        let dataset = builder.load().await.map_err(|e| Error::Lance {
-            uri: cmd.location.clone(),
-            message: format!(
+        let dataset = builder.load().await.map_err(|e| {
+            let message = format!(
                 "cannot open ({}); create it first with COPY (…) TO '{}' STORED AS LANCE",
                 super::lance_message(&e),
                 cmd.location
-            ),
+            );
+            Error::lance_because(cmd.location.clone(), message, e)
         })?;
         let dataset = Arc::new(dataset);
         let provider = LanceTableProvider::new(dataset, false, false);
@@ -121,9 +121,12 @@ impl TableProvider for LanceTable {
         if self.pinned.is_none() {
             // Unpinned: the latest version at scan time, so that a job reads what its own earlier
             // statements wrote.
-            let latest = DatasetBuilder::from_uri(&self.uri).load().await.map_err(|e| Error::Lance {
-                uri: self.uri.clone(),
-                message: format!("cannot open its latest version ({})", super::lance_message(&e)),
+            let latest = DatasetBuilder::from_uri(&self.uri).load().await.map_err(|e| {
+                Error::lance_because(
+                    self.uri.clone(),
+                    format!("cannot open its latest version ({})", super::lance_message(&e)),
+                    e,
+                )
             })?;
             let provider = LanceTableProvider::new(Arc::new(latest), false, false);
             if provider.schema().fields() != self.provider.schema().fields() {

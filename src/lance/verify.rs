@@ -89,7 +89,7 @@ pub async fn scan_vectors(
     wanted: &HashSet<String>,
 ) -> Result<VectorScan> {
     let uri = ds.uri();
-    let fail = |message: String| Error::Lance { uri: uri.to_string(), message };
+    let fail = |message: String| Error::lance(uri, message);
     let field =
         ds.schema().field(vector_column).ok_or_else(|| fail(super::no_vector_column(ds.schema(), vector_column)))?;
     let (dim, element) = match field.data_type() {

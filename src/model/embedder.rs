@@ -187,7 +187,7 @@ impl Embedder {
         runtime::environment()?;
         let library = runtime::loaded_library().unwrap_or(Path::new("")).to_path_buf();
         let device = &placement.device;
-        let device_err = |message: String| Error::Device { device: device.name(), message };
+        let device_err = |message: String| Error::device(device.name(), message, None);
         let graph = Graph::for_device(&spec, device)?;
         let pooled_in_graph = matches!(graph, Graph::Pooled(_));
         let (workers, mut info) = start_workers(&spec, &graph, placement, &library)?;
@@ -354,7 +354,7 @@ impl Embedder {
         let pooled_dim = settings.pooling.out_dim(dim);
         let expected = if states { vec![rows, len, dim] } else { vec![rows, pooled_dim] };
         if shape.iter().map(|&d| d as usize).ne(expected.iter().copied()) {
-            return Err(Error::Onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
+            return Err(Error::onnx(format!("output `{wanted}` has shape {shape:?}, expected {expected:?}")));
         }
         // A prompt left out of the pooling (include_prompt: false): its tokens, at the start of every row (the
         // pipeline pads on the right), get a zero in the pooling's mask, as in sentence-transformers.
@@ -471,7 +471,7 @@ fn start_workers(
     library: &Path,
 ) -> Result<(Vec<Worker>, DeviceInfo)> {
     let device = &placement.device;
-    let device_err = |message: String| Error::Device { device: device.name(), message };
+    let device_err = |message: String| Error::device(device.name(), message, None);
     let per_device = placement.sessions_per_device.max(1);
     let mut workers = Vec::new();
     let info = match device {
@@ -494,10 +494,11 @@ fn start_workers(
             let gpus = system.select(ids).map_err(device_err)?;
             if let Some(dir) = runtime::installed_cuda_libraries() {
                 ort::ep::cuda::preload_dylibs(Some(&dir), Some(&dir)).map_err(|e| {
-                    device_err(format!(
+                    let message = format!(
                         "cannot load the CUDA libraries that scripts/setup --gpu installed in {}: {e}",
                         dir.display()
-                    ))
+                    );
+                    Error::device(device.name(), message, Some(e))
                 })?;
             }
             for &id in ids {
@@ -659,7 +660,8 @@ impl Graph {
 
     /// The pooled graph when the model has a `last_hidden_state` output and can take the pooling nodes.
     fn load(spec: &ModelSpec) -> Result<Self> {
-        let bytes = std::fs::read(&spec.onnx_path).map_err(|e| spec.onnx_error(format!("cannot read: {e}")))?;
+        let bytes =
+            std::fs::read(&spec.onnx_path).map_err(|e| spec.onnx_error(format!("cannot read: {e}")).because(e))?;
         let bad = |m: String| spec.onnx_error(m);
         if !onnx_pooling::output_names(&bytes).map_err(bad)?.iter().any(|n| n == "last_hidden_state") {
             return Ok(Self::File);
@@ -691,8 +693,8 @@ fn build_session(
         Graph::Pooled(bytes) => b.commit_from_memory(bytes),
     };
     let env = runtime::environment()?;
-    let bad = |m: String| spec.onnx_error(m);
-    let device_err = |message: String| Error::Device { device: placement.device.name(), message };
+    let bad = |m: String, e: ort::Error| spec.onnx_error(m).because(e);
+    let device_err = |message: String, e: ort::Error| Error::device(placement.device.name(), message, Some(e));
     let mut builder = Session::builder(env)
         .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
         .and_then(|b| Ok(b.with_intra_threads(placement.intra_threads.max(1))?))
@@ -700,24 +702,25 @@ fn build_session(
         // change shape with every length, so it only piled up plans (140 MiB more peak RSS at 1,000
         // documents, and slower).
         .and_then(|b| Ok(b.with_memory_pattern(false)?))
-        .map_err(|e: ort::Error| bad(format!("cannot load: {e}")))?;
+        .map_err(|e: ort::Error| bad(format!("cannot load: {e}"), e))?;
     if let Some(prefix) = profile {
-        builder = builder.with_profiling(prefix).map_err(|e| bad(format!("cannot profile: {e}")))?;
+        builder = builder.with_profiling(prefix).map_err(|e| bad(format!("cannot profile: {e}"), e.into()))?;
     }
     let Some(id) = gpu else {
-        return commit(builder).map_err(|e| bad(format!("cannot load: {e}")));
+        return commit(builder).map_err(|e| bad(format!("cannot load: {e}"), e));
     };
     // CPU fallback is judged by `placement` on a profiled probe batch, not by ONNX Runtime's
     // disable_cpu_ep_fallback switch, which also refuses the shape arithmetic the CUDA provider leaves
     // to the CPU on purpose (see model::placement).
     let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
     builder = builder.with_execution_providers([cuda]).map_err(|e| {
-        device_err(format!(
+        let message = format!(
             "the CUDA execution provider could not start on cuda:{id}: {e}. Check the NVIDIA driver and the CUDA 13 \
              and cuDNN 9 libraries"
-        ))
+        );
+        device_err(message, e.into())
     })?;
-    commit(builder).map_err(|e| device_err(format!("the model could not be loaded on cuda:{id}: {e}")))
+    commit(builder).map_err(|e| device_err(format!("the model could not be loaded on cuda:{id}: {e}"), e))
 }
 
 /// Where the nodes of the model run under `placement` (on its first GPU for CUDA), judged against
@@ -737,10 +740,10 @@ fn probe_placement(
         Device::Cpu => None,
         Device::Cuda(ids) => ids.first().copied(),
     };
-    let dir = tempfile::tempdir().map_err(|e| Error::Onnx(format!("cannot make a folder for the profile: {e}")))?;
+    let dir = tempfile::tempdir().map_err(|e| Error::file("cannot make a folder for the device probe's profile", e))?;
     let mut session = build_session(spec, graph, placement, gpu, Some(&dir.path().join("probe")))?;
     placement::probe(&mut session, spec.pad_id, wanted_provider, dir.path())
-        .map_err(|message| Error::Device { device: placement.device.name(), message })
+        .map_err(|message| Error::device(placement.device.name(), message, None))
 }
 
 impl Embedder {

@@ -94,7 +94,7 @@ impl Feed {
     /// A feed whose inputs come from `allocator`, one of the session's own. [`Feed::new`] uses this path
     /// with the pinned allocator on a GPU; tests use it with the CPU allocator of a CPU session.
     pub fn with_input_allocator(session: &Session, allocator: Allocator) -> Result<Self> {
-        let (allocator, memory) = probe(allocator).map_err(crate::error::Error::Onnx)?;
+        let (allocator, memory) = probe(allocator).map_err(crate::error::Error::onnx)?;
         Self::build(session, Some(allocator), memory)
     }
 

@@ -560,8 +560,9 @@ fn prompt_names(prompts: &BTreeMap<String, String>) -> String {
 
 fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
     let path = dir.join(file);
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| Error::model(dir, file, format!("invalid: {e}")))
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")).because(e))?;
+    serde_json::from_str(&text).map_err(|e| Error::model(dir, file, format!("invalid: {e}")).because(e))
 }
 
 /// The model directory's ONNX file: `onnx/model.onnx`, else `model.onnx`.

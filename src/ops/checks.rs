@@ -6,8 +6,8 @@
 //!   useful tokens so that a change that only moves padding cannot pass for a gain; and the largest per-id
 //!   difference between the two orders' vectors.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,17 +24,34 @@ use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 use crate::{Error, Result};
 
-/// A session with the job's set-up done (its SET, RESET, CREATE and DROP statements, by the walk the other
-/// preparations use; its writes and Lance tables left alone), and the source table: `table` if given, else the
-/// job's first source that is not Lance.
-pub async fn prepare(file: &Path, table: Option<&str>) -> Result<(EmbedSession, String)> {
-    let (session, statements) = load_job(file)?;
-    let first = JobWrites::new(file, &session, &statements).run_setup().await?;
-    let table = table
-        .map(str::to_string)
-        .or(first)
-        .ok_or_else(|| Error::Refused(format!("{} creates no source table; name one with --table", file.display())))?;
-    Ok((session, table))
+/// Where a check's sample comes from: a job file, with the values of its `${NAME}` variables (`--var`), and a text
+/// column of a table its set-up creates (by default its first source that is not Lance).
+#[derive(Debug, Clone)]
+pub struct SampleSource {
+    pub file: PathBuf,
+    pub vars: BTreeMap<String, String>,
+    /// The source table (default: the job's first source that is not Lance).
+    pub table: Option<String>,
+    /// The text column.
+    pub column: String,
+}
+
+impl SampleSource {
+    /// The texts of column `text` of the job `file`'s first source that is not Lance, with no variables given.
+    pub fn new(file: impl Into<PathBuf>) -> Self {
+        Self { file: file.into(), vars: BTreeMap::new(), table: None, column: "text".into() }
+    }
+
+    /// A session with the job's set-up done (its SET, RESET, CREATE and DROP statements, by the walk the other
+    /// preparations use; its writes and Lance tables left alone), and the source table.
+    pub async fn prepare(&self) -> Result<(EmbedSession, String)> {
+        let (session, statements) = load_job(&self.file, &self.vars)?;
+        let first = JobWrites::new(&self.file, &session, &statements).run_setup().await?;
+        let table = self.table.clone().or(first).ok_or_else(|| {
+            Error::Refused(format!("{} creates no source table; name one with --table", self.file.display()))
+        })?;
+        Ok((session, table))
+    }
 }
 
 /// What the check found.
@@ -53,14 +70,9 @@ pub struct InvarianceReport {
 }
 
 /// Run the job's set-up statements, draw the sample, embed it both ways and report.
-pub async fn check_invariance(
-    file: &Path,
-    sample: usize,
-    table: Option<&str>,
-    column: &str,
-    max_diff: f64,
-) -> Result<InvarianceReport> {
-    let (session, table) = prepare(file, table).await?;
+pub async fn check_invariance(source: &SampleSource, sample: usize, max_diff: f64) -> Result<InvarianceReport> {
+    let (session, table) = source.prepare().await?;
+    let column = &source.column;
     let ctx = session.context();
     let sql =
         format!("SELECT CAST(\"{column}\" AS VARCHAR) FROM {table} WHERE \"{column}\" IS NOT NULL LIMIT {sample}");
@@ -134,8 +146,9 @@ pub struct OrderComparison {
 }
 
 /// Embed a sample of the job's corpus in both orders and compare.
-pub async fn compare_order(file: &Path, sample: usize, table: Option<&str>, column: &str) -> Result<OrderComparison> {
-    let (session, table) = prepare(file, table).await?;
+pub async fn compare_order(source: &SampleSource, sample: usize) -> Result<OrderComparison> {
+    let (session, table) = source.prepare().await?;
+    let column = &source.column;
     let ctx = session.context();
     let id = crate::EmbedOptions::from_config(ctx.state().config_options()).id_column;
     let rows = ctx

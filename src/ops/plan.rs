@@ -5,6 +5,7 @@
 //! `<output>.plan/`: `plan.json`, the work list and a picture of the histogram. Also what a run, a probe
 //! and a trial need of a plan: the job's writes walked in order ([`JobWrites`]), a plan's sources checked.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use crate::lance::resume::{WriteTarget, dataset_exists, write_target};
 use crate::lance::sink::fingerprint_of_columns;
 use crate::lance::{LanceTable, dataset_uri};
 use crate::model::{CallSettings, TruncationSide};
-use crate::ops::script::{Statement, parse_all, split_statements};
+use crate::ops::script::{Statement, parse_all};
 use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 
@@ -51,8 +52,8 @@ pub enum UnitSize {
 }
 
 /// Plan every write into Lance of the job file: each plan, and the directory it was written to.
-pub async fn plan_job(file: &Path, size: UnitSize) -> Result<Vec<(Plan, PathBuf)>> {
-    let (session, statements) = load_job(file)?;
+pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSize) -> Result<Vec<(Plan, PathBuf)>> {
+    let (session, statements) = load_job(file, vars)?;
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
@@ -78,14 +79,20 @@ pub async fn plan_job(file: &Path, size: UnitSize) -> Result<Vec<(Plan, PathBuf)
     Ok(plans)
 }
 
-/// A job file's statements, parsed, and a session for them that starts fresh (`embed.restart`): what is
-/// prepared covers the whole input, whatever an output already holds (the run skips the ids already there).
-pub fn load_job(file: &Path) -> Result<(EmbedSession, Vec<Statement>)> {
+/// A job file's statements, with its `${NAME}` variables given their values in `vars` (`--var`), parsed, and a
+/// session for them that starts fresh (`embed.restart`): what is prepared covers the whole input, whatever an
+/// output already holds (the run skips the ids already there). A variable given and not used is warned about.
+pub fn load_job(file: &Path, vars: &BTreeMap<String, String>) -> Result<(EmbedSession, Vec<Statement>)> {
     // As `pipeline run` reads it: refused past MAX_JOB_BYTES (a job of `/dev/zero`), or when it is not UTF-8.
     let opened =
         std::fs::File::open(file).map_err(|e| Error::file(format!("cannot read job file {}", file.display()), e))?;
-    let text = crate::ops::script::read_job(opened, &file.display().to_string()).map_err(Error::Refused)?;
-    let statements = split_statements(&text).map_err(|e| Error::Refused(format!("{}: {e}", file.display())))?;
+    let source = file.display().to_string();
+    let text = crate::ops::script::read_job(opened, &source).map_err(Error::Refused)?;
+    let (statements, unused) = crate::ops::script::job_statements(&source, &text, vars)?;
+    if !unused.is_empty() {
+        tracing::warn!("--var {} is not used by {source} (no ${{…}} names it)", unused.join(", --var "));
+    }
+    let statements: Vec<Statement> = statements.into_iter().map(|s| s.stmt).collect();
     let session = EmbedSession::with_options(EmbedOptions { restart: true, ..EmbedOptions::default() })?;
     parse_all(&session.context().state(), &statements).map_err(|(i, e)| {
         Error::Refused(format!(

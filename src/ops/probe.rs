@@ -17,6 +17,7 @@
 //! arena keeps what it took, so use only grows during a step); where NVML cannot see the GPU, the host's,
 //! and the report says so.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -130,9 +131,14 @@ pub struct Layout {
 
 /// Probe the first write into Lance of the job file. A report with no recommendation is returned as found:
 /// no setting fitted the budget (see [`ProbeReport::no_fit`]).
-pub async fn probe_job(file: &Path, budget: Option<u64>, max_batch_tokens: usize) -> Result<ProbeReport> {
+pub async fn probe_job(
+    file: &Path,
+    vars: &BTreeMap<String, String>,
+    budget: Option<u64>,
+    max_batch_tokens: usize,
+) -> Result<ProbeReport> {
     memory::mark_before_load();
-    let (session, statements) = load_job(file)?;
+    let (session, statements) = load_job(file, vars)?;
     let mut writes = JobWrites::new(file, &session, &statements);
     let Some((stmt, plan, target)) = writes.next().await? else {
         return Err(Error::Refused(format!(

@@ -84,6 +84,12 @@ pub fn is_var_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Whether `s` can name a setting given beside a job (`--set key=value`, a program's `sets`): a namespace and a
+/// key (`embed.batch_tokens`), of letters, digits, `_` and `.`.
+pub fn is_setting_name(s: &str) -> bool {
+    s.contains('.') && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+}
+
 /// Refuse a setting given beside the job (`--set key=value`, a program's `sets`) that the job also `SET`s:
 /// which one should win is not for the pipeline to guess.
 pub fn check_sets_against_job(sets: &[(String, String)], statements: &[JobStatement]) -> crate::Result<()> {

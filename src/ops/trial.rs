@@ -9,7 +9,7 @@
 //! to the stratum's tokens in the whole corpus, and the model load, the write's start and its end are
 //! added as measured. The sample's vectors can be compared by id with a reference dataset.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,6 +55,8 @@ const MATCH_DIFF: f64 = 0.01;
 #[derive(Debug, Clone)]
 pub struct TrialArgs {
     pub file: PathBuf,
+    /// Values of the job's `${NAME}` variables (`--var`).
+    pub vars: BTreeMap<String, String>,
     /// Embedding time the sample should take, minutes (from the warm-up's rate).
     pub minutes: f64,
     /// Rows of the sample, instead of `minutes`.
@@ -80,6 +82,7 @@ impl TrialArgs {
     pub fn new(file: impl Into<PathBuf>) -> Self {
         Self {
             file: file.into(),
+            vars: BTreeMap::new(),
             minutes: Self::DEFAULT_MINUTES,
             sample: None,
             save: Self::DEFAULT_SAVE.into(),
@@ -213,7 +216,7 @@ pub async fn run_trial(args: &TrialArgs) -> Result<TrialReport> {
             args.save.display()
         )));
     }
-    let (session, statements) = load_job(file)?;
+    let (session, statements) = load_job(file, &args.vars)?;
     let sets_batch = statements.iter().any(|s| {
         let sql = s.sql.to_ascii_lowercase();
         sql.trim_start().starts_with("set") && sql.contains("embed.batch_tokens")

@@ -6,7 +6,7 @@
 //! [`verify`] → [`VerifyReport`], whose verdict is `sound`, `findings` or `cannot check`; [`save`] keeps it
 //! beside a local dataset, where [`last_verify`] finds it (`pipeline report` shows it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +25,7 @@ use super::lineage::Check;
 use super::plan::{JobWrites, load_job};
 use super::sample::{Lowest, seeded_rank};
 use crate::campaign::{DeviceInfo, Fingerprint};
-use crate::lance::compare::{cosine_and_max_diff, distinct_ids, examples};
+use crate::lance::compare::{cosine_and_max_diff, examples};
 use crate::lance::inspect::id_counts;
 use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
 use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
@@ -44,6 +44,8 @@ pub struct VerifyArgs {
     pub dataset: String,
     /// The job that made it: its corpus's ids and texts.
     pub job: Option<PathBuf>,
+    /// Values of the job's `${NAME}` variables (`--var`).
+    pub vars: BTreeMap<String, String>,
     /// Rows to embed again (0: none).
     pub sample: u64,
     pub seed: u64,
@@ -69,6 +71,7 @@ impl VerifyArgs {
         Self {
             dataset: dataset.into(),
             job: None,
+            vars: BTreeMap::new(),
             sample: Self::DEFAULT_SAMPLE,
             seed: 0,
             min_cosine: Self::DEFAULT_MIN_COSINE,
@@ -442,7 +445,7 @@ async fn read_job(
     ds: &lance::Dataset,
     words: &mut Words,
 ) -> Result<(SourceIds, Vec<Candidate>)> {
-    let (session, statements) = load_job(job)?;
+    let (session, statements) = load_job(job, &args.vars)?;
     let mut writes = JobWrites::new(job, &session, &statements);
     let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
     let mut chosen = None;
@@ -469,71 +472,88 @@ async fn read_job(
     }
     let ctx = session.context();
     let fail = |e: datafusion::error::DataFusionError| writes.fail(stmt, &e);
-    let ids = source_ids(ctx, &target.input, &args.id_column, ds, &fail).await?;
-    if args.sample == 0 {
-        return Ok((ids, Vec::new()));
-    }
+    // The corpus is read twice at most: once for the ids on either side only, once for the texts (which counts its
+    // rows on the way) or, when no sample is drawn, for the count.
+    let differences = id_differences(ctx, &target.input, &args.id_column, ds, &fail).await?;
     // The texts, as the write's query computes them beside its ids.
-    let Some(texts) = texts_plan(&target.input, &args.id_column) else {
+    let texts = if args.sample == 0 { None } else { texts_plan(&target.input, &args.id_column) };
+    if args.sample > 0 && texts.is_none() {
         words.cannot_check.push(format!(
             "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \
              its texts cannot be read beside their ids",
             target.uri
         ));
-        return Ok((ids, Vec::new()));
+    }
+    let (candidates, source_rows) = match texts {
+        Some(texts) => candidates(DataFrame::new(ctx.state(), texts), args, &fail).await?,
+        None => (Vec::new(), count_source(ctx).await.map_err(fail)?),
     };
-    let candidates = candidates(DataFrame::new(ctx.state(), texts), args, &fail).await?;
-    Ok((ids, candidates))
+    let ((missing, missing_ex), (extra, extra_ex)) = differences;
+    Ok(((Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex), candidates))
 }
 
-/// The ids of the write's query (`input`) against the dataset's: rows, then missing and extra ids.
-async fn source_ids(
+/// Ids counted, with the first few as examples.
+type Counted = (u64, Vec<String>);
+
+/// The ids of the write's query (`input`) against the dataset's, in one pass over each: the distinct ids the
+/// query has and the dataset lacks (missing), and those the dataset has and the query lacks (extra). Registers
+/// the query's ids as `__verify_source`, for [`count_source`].
+async fn id_differences(
     ctx: &datafusion::prelude::SessionContext,
     input: &LogicalPlan,
     id_column: &str,
     ds: &lance::Dataset,
     fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
-) -> Result<SourceIds> {
+) -> Result<(Counted, Counted)> {
     let id = quote_ident(id_column);
     let source = DataFrame::new(ctx.state(), input.clone()).select_columns(&[id_column]).map_err(fail)?;
     ctx.register_table("__verify_source", source.into_view())?;
     ctx.register_table("__verify_dataset", Arc::new(LanceTableProvider::new(Arc::new(ds.clone()), false, false)))?;
-    let (missing, missing_ex) = distinct_ids(
-        ctx,
-        &format!(
-            "SELECT DISTINCT s.{id} FROM __verify_source s LEFT ANTI JOIN __verify_dataset d ON s.{id} = d.{id} \
-             WHERE s.{id} IS NOT NULL"
-        ),
-    )
-    .await
-    .map_err(fail)?;
-    let (extra, extra_ex) = distinct_ids(
-        ctx,
-        &format!(
-            "SELECT DISTINCT d.{id} FROM __verify_dataset d LEFT ANTI JOIN __verify_source s ON d.{id} = s.{id} \
-             WHERE d.{id} IS NOT NULL"
-        ),
-    )
-    .await?;
-    let source_rows = ctx.sql("SELECT count(*) FROM __verify_source").await?.collect().await?;
-    let source_rows = source_rows
+    // A full join keeps both sides' unmatched ids: the source's with no dataset id beside them, and the other way.
+    // NULL ids match nothing and are no id (the write refuses them): both sides NULL, so left out.
+    let sql = format!(
+        "SELECT DISTINCT s.{id} AS missing, d.{id} AS extra FROM __verify_source s FULL OUTER JOIN __verify_dataset d \
+         ON s.{id} = d.{id} WHERE (s.{id} IS NULL) <> (d.{id} IS NULL)"
+    );
+    let mut stream = ctx.sql(&sql).await.map_err(fail)?.execute_stream().await.map_err(fail)?;
+    let (mut missing, mut extra): (Counted, Counted) = Default::default();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(fail)?;
+        for (i, side) in [&mut missing, &mut extra].into_iter().enumerate() {
+            let ids = cast(batch.column(i), &DataType::Utf8)?;
+            for id in ids.as_string::<i32>().iter().flatten() {
+                side.0 += 1;
+                if side.1.len() < crate::lance::compare::EXAMPLES {
+                    side.1.push(id.to_string());
+                }
+            }
+        }
+    }
+    Ok((missing, extra))
+}
+
+/// The rows of the write's query (`__verify_source`, registered by [`id_differences`]).
+async fn count_source(ctx: &datafusion::prelude::SessionContext) -> datafusion::error::Result<u64> {
+    let rows = ctx.sql("SELECT count(*) FROM __verify_source").await?.collect().await?;
+    Ok(rows
         .first()
         .and_then(|b| b.column(0).as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
-        .map_or(0, |a| a.value(0).max(0) as u64);
-    Ok((Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex))
+        .map_or(0, |a| a.value(0).max(0) as u64))
 }
 
 /// The texts of `texts` (ids first, texts second) whose ids are lowest in the seeded order, 16 times the
-/// sample at most: streamed, so that only those are held.
+/// sample at most, and the rows read: streamed, so that only those are held.
 async fn candidates(
     texts: DataFrame,
     args: &VerifyArgs,
     fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
-) -> Result<Vec<Candidate>> {
+) -> Result<(Vec<Candidate>, u64)> {
     let mut lowest = Lowest::new(16 * args.sample as usize);
+    let mut rows = 0u64;
     let mut stream = texts.execute_stream().await.map_err(fail)?;
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(fail)?;
+        rows += batch.num_rows() as u64;
         let ids = cast(batch.column(0), &DataType::Utf8)?;
         let ids = ids.as_string::<i32>();
         let texts = crate::udf::embed::string_values(batch.column(1))?;
@@ -542,7 +562,7 @@ async fn candidates(
             lowest.offer(seeded_rank(args.seed, ids.value(i)), || (ids.value(i).to_string(), t.to_string()));
         }
     }
-    Ok(lowest.into_vec().into_iter().map(|(rank, (id, text))| Candidate { id, text, rank }).collect())
+    Ok((lowest.into_vec().into_iter().map(|(rank, (id, text))| Candidate { id, text, rank }).collect(), rows))
 }
 
 /// The write's ids and texts: its query with `embed(text)` replaced by `text` (the id first, the text second),

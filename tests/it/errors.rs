@@ -129,3 +129,53 @@ async fn asking_for_cuda_without_a_cuda_runtime_fails_clearly_and_writes_nothing
         .to_string();
     assert!(err.contains("embed.sessions_per_device") && err.contains("1 to 16"), "{err}");
 }
+
+/// The first error of type `T` in `e`'s chain of sources.
+fn beneath<'a, T: std::error::Error + 'static>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a T> {
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        if let Some(found) = cause.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = cause.source();
+    }
+    None
+}
+
+#[tokio::test]
+async fn lance_errors_keep_their_source_beneath_a_plain_message() {
+    let err = embedding_pipeline::lance::open_dataset("/nonexistent/x.lance").await.unwrap_err();
+    assert!(matches!(beneath::<lance::Error>(&err), Some(lance::Error::DatasetNotFound { .. })), "{err:?}");
+    // The user reads the crate's message only: Lance's own text names its source files.
+    assert_eq!(
+        err.chain_text(),
+        "Lance dataset /nonexistent/x.lance: cannot open: not found (the path does not exist, or holds no _versions directory)"
+    );
+}
+
+#[tokio::test]
+async fn onnx_runtime_errors_keep_their_source_beneath_the_model_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::model::copy_configs(&crate::common::model_dir(), tmp.path());
+    std::fs::create_dir_all(tmp.path().join("onnx")).unwrap();
+    // A model file that decodes (a ModelProto holding an empty graph) but that ONNX Runtime refuses: no opset.
+    std::fs::write(tmp.path().join("onnx/model.onnx"), [0x3a, 0x00]).unwrap();
+    let err =
+        sql(&session(), &format!("SET embed.model = '{}'; SELECT embed('x')", tmp.path().display())).await.unwrap_err();
+    assert!(beneath::<ort::Error>(&err).is_some(), "{err:?}");
+    let mut model = None;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(cause) = next {
+        model = model
+            .or(embedding_pipeline::Error::in_chain(cause)
+                .filter(|e| matches!(e, embedding_pipeline::Error::Model { .. })));
+        next = cause.source();
+    }
+    assert!(model.is_some(), "a model error, with ONNX Runtime's beneath it: {err:?}");
+    let text = embedding_pipeline::error::chain_text(&err);
+    assert!(text.contains("file onnx/model.onnx: cannot load") && text.contains("Missing opset"), "{text}");
+    assert!(
+        !text.contains("onnxruntime_src") && !text.contains("::"),
+        "ONNX Runtime's source location is left out: {text}"
+    );
+}

@@ -2,6 +2,7 @@
 //! and the plan executed, probed, tried and costed, its output's lineage read; refusals as typed errors, and
 //! what a [`Reporter`] is told on the way.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Mutex;
@@ -95,6 +96,17 @@ fn job_folder(rows: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     (tmp, file)
 }
 
+/// `job(dir)` with the folder given as `${DIR}` (its value in [`dir_var`]).
+fn templated_job(dir: &Path) -> std::path::PathBuf {
+    let file = dir.join("templated.sql");
+    std::fs::write(&file, job(dir).replace(&dir.display().to_string(), "${DIR}")).unwrap();
+    file
+}
+
+fn dir_var(dir: &Path) -> BTreeMap<String, String> {
+    BTreeMap::from([("DIR".to_string(), dir.display().to_string())])
+}
+
 fn counts(batches: &[RecordBatch]) -> (i64, i64) {
     let b = &batches[0];
     (b.column(0).as_primitive::<Int64Type>().value(0), b.column(1).as_primitive::<Int64Type>().value(0))
@@ -179,7 +191,7 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
     let (tmp, file) = job_folder(60);
     let dir = tmp.path();
 
-    let plans = plan_job(&file, UnitSize::Count(3)).await.unwrap();
+    let plans = plan_job(&file, &BTreeMap::new(), UnitSize::Count(3)).await.unwrap();
     assert_eq!(plans.len(), 1);
     let (plan, plan_dir) = &plans[0];
     assert_eq!(plan_dir, &dir.join("out.lance.plan"));
@@ -205,11 +217,23 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
     // A job with no write into Lance has nothing to plan: a refusal, typed.
     let nothing = dir.join("nothing.sql");
     std::fs::write(&nothing, "SELECT 1;\n").unwrap();
-    let err = plan_job(&nothing, UnitSize::Tokens(1000)).await.unwrap_err();
+    let err = plan_job(&nothing, &BTreeMap::new(), UnitSize::Tokens(1000)).await.unwrap_err();
     assert!(
         matches!(&err, Error::Refused(m) if m.ends_with("writes nothing into Lance (COPY … STORED AS LANCE, INSERT INTO a Lance table): nothing to plan")),
         "{err:?}"
     );
+
+    // A job with `${NAME}` variables is planned with their values, as `pipeline run --var` runs it; without them it
+    // is refused, naming the variable and its line.
+    let templated = templated_job(dir);
+    let err = plan_job(&templated, &BTreeMap::new(), UnitSize::Count(3)).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused(m) if m.ends_with("line 2: ${DIR} has no value; give it with --var DIR=… (in Python: vars={\"DIR\": …})")),
+        "{err:?}"
+    );
+    let again = plan_job(&templated, &dir_var(dir), UnitSize::Count(3)).await.unwrap();
+    assert_eq!(again[0].0.totals.useful_tokens, t.useful_tokens);
+    assert_eq!(again[0].1, dir.join("out.lance.plan"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -217,7 +241,7 @@ async fn a_job_is_probed_through_the_library_into_a_typed_report() {
     let (tmp, file) = job_folder(40);
     let dir = tmp.path();
 
-    let report = embedding_pipeline::ops::probe::probe_job(&file, None, 1024).await.unwrap();
+    let report = embedding_pipeline::ops::probe::probe_job(&file, &BTreeMap::new(), None, 1024).await.unwrap();
     assert_eq!(report.longest_from, "a tokenising pass over the corpus");
     assert!(report.longest_tokens > 10, "{report:?}");
     // Steps of 512 and 1024 tokens a call, each measured, with the budget this machine affords.
@@ -233,7 +257,7 @@ async fn a_job_is_probed_through_the_library_into_a_typed_report() {
     // A job that writes nothing into Lance has nothing to probe.
     let nothing = dir.join("nothing.sql");
     std::fs::write(&nothing, "SELECT 1;\n").unwrap();
-    let err = embedding_pipeline::ops::probe::probe_job(&nothing, None, 1024).await.unwrap_err();
+    let err = embedding_pipeline::ops::probe::probe_job(&nothing, &BTreeMap::new(), None, 1024).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.ends_with("nothing to probe")), "{err:?}");
 }
 
@@ -248,6 +272,7 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
     let save = dir.join("trials/cpu.json");
     let args = TrialArgs {
         file: file.clone(),
+        vars: BTreeMap::new(),
         minutes: 1.0,
         sample: Some(30),
         save: save.clone(),
@@ -300,7 +325,7 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
 /// stages told to the reporter, refusals typed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dataset_verified_checked_and_reported_through_the_library() {
-    use embedding_pipeline::ops::checks::{check_invariance, compare_order};
+    use embedding_pipeline::ops::checks::{SampleSource, check_invariance, compare_order};
     use embedding_pipeline::ops::evaluate::{EvaluateArgs, evaluate};
     use embedding_pipeline::ops::verify::{VerifyArgs, last_verify, save, verify};
 
@@ -320,9 +345,11 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     let err = embedding_pipeline::ops::embed::embed_texts(Vec::new(), &options).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("no texts")), "{err:?}");
 
+    // The job as a template, its folder given as a variable (`--var`).
     let args = VerifyArgs {
         dataset: out.clone(),
-        job: Some(file.clone()),
+        job: Some(templated_job(dir)),
+        vars: dir_var(dir),
         sample: 12,
         seed: 7,
         min_cosine: 0.9999,
@@ -351,10 +378,11 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert!(matches!(&err, Error::Refused(m) if m.contains("has no id column `nope`")), "{err:?}");
 
     // The model checks on the job's corpus.
-    let invariance = check_invariance(&file, 10, None, "text", 1e-4).await.unwrap();
+    let templated = SampleSource { vars: dir_var(dir), ..SampleSource::new(templated_job(dir)) };
+    let invariance = check_invariance(&templated, 10, 1e-4).await.unwrap();
     assert_eq!((invariance.table.as_str(), invariance.sample), ("docs", 10));
     assert!(invariance.passed && invariance.min_cosine > 0.9999, "{invariance:?}");
-    let order = compare_order(&file, 20, None, "text").await.unwrap();
+    let order = compare_order(&SampleSource::new(&file), 20).await.unwrap();
     assert_eq!(order.sample, 20);
     assert_eq!(order.length.useful_tokens, order.original.useful_tokens, "{order:?}");
     assert!(order.passed && order.max_abs_diff <= 1e-5, "{order:?}");
@@ -364,9 +392,10 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     let text = job(dir).replace("out.lance", "fresh.lance")
         + &format!("COPY (SELECT id, embedding FROM out) TO '{}/copy.parquet' STORED AS PARQUET;\n", dir.display());
     std::fs::write(&chained, text).unwrap();
-    let invariance = check_invariance(&chained, 5, None, "text", 1e-4).await.unwrap();
+    let invariance = check_invariance(&SampleSource::new(&chained), 5, 1e-4).await.unwrap();
     assert_eq!((invariance.table.as_str(), invariance.sample), ("docs", 5));
-    let err = check_invariance(&file, 10, Some("nowhere"), "text", 1e-4).await.unwrap_err();
+    let nowhere = SampleSource { table: Some("nowhere".into()), ..SampleSource::new(&file) };
+    let err = check_invariance(&nowhere, 10, 1e-4).await.unwrap_err();
     assert!(err.chain_text().contains("nowhere"), "{err:?}");
 
     // Evaluate's overlap of a dataset with itself: the same neighbours.

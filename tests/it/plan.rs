@@ -211,6 +211,27 @@ fn bad_ids_and_a_text_past_the_limit_under_truncation_error_are_refused_at_plan_
         text(&pipeline(&["plan", "read.sql"], dir)).1
     };
     assert!(nothing.contains("writes nothing into Lance"), "{nothing}");
+    // A job's variables take their values from --var, as `pipeline run` gives them; one missing is named, one given
+    // and not used is warned about.
+    std::fs::write(
+        dir.join("vars.sql"),
+        format!(
+            "SET embed.model = '{}';\nCREATE EXTERNAL TABLE t STORED AS JSON LOCATION '${{TABLE}}.jsonl';\n\
+             COPY (SELECT id, embed(text) AS v FROM t) TO 'out/${{TABLE}}.lance' STORED AS LANCE;\n",
+            model_dir().display()
+        ),
+    )
+    .unwrap();
+    let (_, missing) = text(&pipeline(&["plan", "vars.sql"], dir));
+    assert!(missing.contains("vars.sql line 2: ${TABLE} has no value; give it with --var TABLE="), "{missing}");
+    let o = pipeline(&["plan", "vars.sql", "--var", "TABLE=long", "--var", "EXTRA=1"], dir);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("rows: 2 (2 documents"), "{stdout}");
+    assert!(stderr.contains("--var EXTRA is not used by vars.sql"), "{stderr}");
+    assert!(dir.join("out/long.lance.plan/plan.json").is_file());
+    let (_, malformed) = text(&pipeline(&["plan", "vars.sql", "--var", "TABLE"], dir));
+    assert!(malformed.contains("--var TABLE: write it as NAME=value"), "{malformed}");
     std::fs::write(dir.join("broken.jsonl"), "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\", \"text\":\n").unwrap();
     let broken = write("broken", "");
     assert!(broken.contains("broken.jsonl line 2"), "the bad line is named, as the run names it: {broken}");

@@ -83,6 +83,12 @@ fn resuming_shapes() -> Vec<(&'static str, &'static str, Vec<String>)> {
         ("cte", "WITH x AS (SELECT id, text FROM a) SELECT id, embed(text) AS embedding FROM x", ids("a", &all)),
         ("order by limit", "SELECT id, embed(text) AS embedding FROM a ORDER BY id LIMIT 5", ids("a", &|i| i < 5)),
         (
+            "order by a column not shown, limit",
+            "SELECT id, embed(text) AS embedding FROM a ORDER BY text LIMIT 5",
+            ids("a", &|i| i < 5),
+        ),
+        ("a volatile column riding along", "SELECT id, embed(text) AS embedding, random() AS r FROM a", ids("a", &all)),
+        (
             "join",
             "SELECT a.id, embed(a.text) AS embedding FROM a JOIN meta ON a.id = meta.id WHERE meta.lang = 'en'",
             ids("a", &|i| i % 2 == 0),
@@ -143,6 +149,39 @@ async fn a_shape_that_chooses_rows_after_embed_is_refused_when_it_would_resume()
     assert_eq!(written(&out).await.0, 5, "the dataset is as it was");
 }
 
+/// A LIMIT ordered by a column the SELECT does not show embeds only the rows it keeps, as one ordered by a shown
+/// column does (DataFusion puts a projection between the LIMIT and the `embed()` projection).
+#[tokio::test]
+async fn a_limit_ordered_by_a_column_not_shown_embeds_only_the_rows_it_keeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.lance").display().to_string();
+    let query = "SELECT id, embed(text) AS embedding FROM a ORDER BY text DESC LIMIT 3";
+    assert_eq!(copy(tmp.path(), 10, query, &out).await.unwrap(), 3, "only the 3 rows kept are embedded");
+    assert_eq!(written(&out).await.2, ["a07", "a08", "a09"]);
+    assert_eq!(copy(tmp.path(), 10, query, &out).await.unwrap(), 0, "a rerun embeds nothing");
+    assert_eq!(written(&out).await.0, 3);
+}
+
+/// A query whose rows are chosen by a volatile expression (random()) chooses other rows on every run: its first run
+/// writes, and a rerun into the dataset is refused before anything is embedded, naming the expression and what to
+/// do; the dataset keeps its rows. (A volatile column that only rides along resumes: see the shapes above.)
+#[tokio::test]
+async fn a_shape_that_chooses_rows_at_random_is_refused_when_it_would_resume() {
+    for (query, rows) in [
+        ("SELECT id, embed(text) AS embedding FROM a ORDER BY random() LIMIT 4", 4),
+        ("SELECT id, embed(text) AS embedding FROM a WHERE random() < 2.0", 10),
+        ("SELECT id, embedding FROM (SELECT id, embed(text) AS embedding, random() AS r FROM a) WHERE r < 2.0", 10),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.lance").display().to_string();
+        assert_eq!(copy(tmp.path(), 10, query, &out).await.unwrap(), rows, "{query}: a new output is written");
+        let err = copy(tmp.path(), 10, query, &out).await.unwrap_err();
+        assert!(err.contains("cannot resume the write into") && err.contains("chooses its rows by random()"), "{err}");
+        assert!(err.contains("ORDER BY md5(id) LIMIT n") && err.ends_with("(embedded 0)"), "{err}");
+        assert_eq!(written(&out).await.0, rows as i64, "{query}: the dataset is as it was");
+    }
+}
+
 /// The library refuses a repeated or NULL id in a COPY's output, before embedding: the write path owns the
 /// check, not `pipeline run`. A UNION ALL of two tables that share an id is caught too.
 #[tokio::test]
@@ -164,6 +203,15 @@ async fn the_library_refuses_repeated_and_null_ids_of_the_output() {
         assert_eq!(s.metrics().embed_stats().docs, 0, "{query}");
         assert!(!Path::new(&out).join("_versions").exists(), "{query}: nothing written");
     }
+    // Floating-point ids do not compare exactly: refused, naming the column and its type, before embedding.
+    let err =
+        sql(&s, &format!("COPY (SELECT length(id) + 0.5 AS id, embed(text) AS e FROM a) TO '{out}' STORED AS LANCE"))
+            .await
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("the id column `id` holds floating-point numbers (Float64)") && err.contains("CAST"), "{err}");
+    assert_eq!(s.metrics().embed_stats().docs, 0);
+    assert!(!Path::new(&out).join("_versions").exists(), "nothing written");
     // A repeated id whose rows are already written is still the corpus's fault, and still refused.
     sql(&s, &format!("COPY (SELECT id, embed(text) AS embedding FROM a) TO '{out}' STORED AS LANCE")).await.unwrap();
     let twice = "SELECT id, embed(text) AS embedding FROM a UNION ALL SELECT id, embed(text) AS embedding FROM a";

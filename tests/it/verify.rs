@@ -92,6 +92,26 @@ fn verify_passes_a_clean_campaign_and_names_each_planted_fault() {
     let f = findings(&v);
     assert!(f.contains("1 ids of the corpus are missing (e.g. ") && f.contains("(Delete, "), "{f}");
 
+    // An id renamed: one of the corpus missing, one the corpus lacks. Counted the same whether the corpus is read for
+    // a sample (which counts its rows) or not (a count of its own).
+    let script = format!(
+        "{HEADER}row = ds.to_table(limit=1)\nfirst = row.column('id')[0].as_py()\nds.delete(f\"id = '{{first}}'\")\n\
+         i = row.schema.get_field_index('id')\nrow = row.set_column(i, 'id', pa.array(['not-in-corpus']))\n\
+         lance.write_dataset(row, sys.argv[1], mode='append')\n"
+    );
+    let (o, v) = planted(dir, "renamed", &script);
+    assert_eq!(o.status.code(), Some(1), "{v}");
+    let ids = &v["ids"];
+    assert_eq!(
+        (ids["missing"].as_u64(), ids["extra"].as_u64(), ids["source_rows"].as_u64()),
+        (Some(1), Some(1), Some(300)),
+        "{v}"
+    );
+    assert_eq!(ids["extra_examples"], serde_json::json!(["not-in-corpus"]), "{v}");
+    let (_, unsampled) =
+        verify(dir, dir.join("renamed.lance").to_str().unwrap(), &["--job", "job.sql", "--sample", "0"]);
+    assert_eq!(unsampled["ids"], v["ids"], "{unsampled}");
+
     // An id twice: one row appended again.
     let (o, v) = planted(
         dir,
