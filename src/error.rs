@@ -356,30 +356,53 @@ pub fn plain(text: &str) -> String {
     out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
 }
 
-/// ONNX Runtime's text without the place in its own source it was raised at: `failed:/onnxruntime_src/…/model.cc:245
-/// onnxruntime::Model::Model(onnx::ModelProto&&, …) Missing opset …` becomes `failed: Missing opset …`.
+/// ONNX Runtime's text without the places in its own source it was raised at: `failed:/onnxruntime_src/…/model.cc:245
+/// onnxruntime::Model::Model(onnx::ModelProto&&, …) Missing opset …` becomes `failed: Missing opset …`, and a CUDA
+/// call's `… ; file=/onnxruntime_src/…/cuda_execution_provider.cc ; line=282 ; expr=cudaSetDevice(…);` loses its
+/// `file=` and `line=` parts.
 fn without_runtime_location(text: &str) -> String {
     const AT: &str = "/onnxruntime_src/";
     let mut out = text.to_string();
     while let Some(start) = out.find(AT) {
-        // The location is a path and the signature of the function that raised it, up to its closing parenthesis.
-        let rest = &out[start..];
-        let open = rest.find('(');
-        let end = open.and_then(|open| {
-            let mut depth = 0usize;
-            rest[open..].char_indices().find_map(|(i, c)| {
-                match c {
-                    '(' => depth += 1,
-                    ')' => depth -= 1,
-                    _ => {}
-                }
-                (depth == 0).then_some(open + i + 1)
-            })
-        });
-        let end = end.unwrap_or_else(|| rest.find(' ').unwrap_or(rest.len()));
-        let tail = out[start + end..].trim_start();
         let head = out[..start].trim_end();
-        out = if head.ends_with(':') { format!("{head} {tail}") } else { format!("{head}: {tail}") };
+        // A CUDA call's `file=…` field, with the `line=` that follows it.
+        if let Some(head) = head.strip_suffix("file=") {
+            let rest = &out[start..];
+            let mut tail = rest.find(" ; ").map_or("", |at| &rest[at + 3..]);
+            if tail.starts_with("line=") {
+                tail = tail.find(" ; ").map_or("", |at| &tail[at + 3..]);
+            }
+            out = format!("{head}{tail}").trim_end_matches([' ', ';']).to_string();
+            continue;
+        }
+        // A path and the signature of the function that raised it, up to its closing parenthesis (and a template's
+        // `[with …]` after it), within the field it is in.
+        let rest = &out[start..];
+        let field = rest.find(" ; ").unwrap_or(rest.len());
+        let closing = |from: usize, open: char, close: char| {
+            let mut depth = 0usize;
+            rest[from..field].char_indices().find_map(|(i, c)| {
+                depth = if c == open {
+                    depth + 1
+                } else if c == close {
+                    depth.saturating_sub(1)
+                } else {
+                    depth
+                };
+                (c == close && depth == 0).then_some(from + i + 1)
+            })
+        };
+        let mut end = match rest[..field].find('(') {
+            Some(open) => closing(open, '(', ')').unwrap_or(field),
+            None => rest.find(' ').unwrap_or(rest.len()).min(field),
+        };
+        if rest[end..field].trim_start().starts_with("[with ") {
+            let open = end + rest[end..].find('[').unwrap_or(0);
+            end = closing(open, '[', ']').unwrap_or(end);
+        }
+        let tail = out[start + end..].trim_start();
+        out = if head.ends_with(':') || head.is_empty() { format!("{head} {tail}") } else { format!("{head}: {tail}") };
+        out = out.trim_start().to_string();
     }
     out
 }
@@ -419,6 +442,18 @@ mod tests {
                    onnxruntime::logging::Logger&) Missing opset in the model.";
         assert_eq!(plain(raw), "cannot load: Load model from /m/onnx/model.onnx failed: Missing opset in the model.");
         assert_eq!(plain("a text without one"), "a text without one");
+        // A CUDA call's error: the raising function's signature and template, and the file and line fields.
+        let cuda = "/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_call.cc:129 std::conditional_t<THRW, void, \
+                    onnxruntime::common::Status> onnxruntime::CudaCall(ERRTYPE, const char*, const char*, SUCCTYPE, \
+                    const char*, const char*, int) [with ERRTYPE = cudaError; bool THRW = true; SUCCTYPE = cudaError; \
+                    std::conditional_t<THRW, void, common::Status> = void] CUDA failure 100: no CUDA-capable device is \
+                    detected ; GPU=0 ; hostname=h ; file=/onnxruntime_src/onnxruntime/core/providers/cuda/\
+                    cuda_execution_provider.cc ; line=282 ; expr=cudaSetDevice(info_.device_id); ";
+        assert_eq!(
+            plain(cuda),
+            "CUDA failure 100: no CUDA-capable device is detected ; GPU=0 ; hostname=h ; \
+             expr=cudaSetDevice(info_.device_id)"
+        );
     }
 
     #[test]

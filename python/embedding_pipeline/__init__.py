@@ -257,8 +257,9 @@ def trial(
 ) -> dict:
     """A short trial of the job file, as ``pipeline trial`` runs one (saved to ``save``, trial.json by
     default, for ``pipeline cost``); returns its report. ``vars`` fill the job's ``${NAME}`` variables."""
-    return json.loads(_native.trial(os.fspath(job), _vars(vars), minutes, sample, None if save is None else os.fspath(save),
-                                    reference, memory_budget, probe, name, _Show(False, False)))
+    save = None if save is None else os.fspath(save)
+    return json.loads(_native.trial(os.fspath(job), _vars(vars), minutes, sample, save, reference, memory_budget, probe,
+                                    name, _Show(False, False)))
 
 
 def verify(
@@ -279,7 +280,8 @@ def verify(
     embedded again), saving the result beside a local dataset. ``report["verdict"]`` is ``"sound"``,
     ``"findings"`` (listed in ``report["findings"]``) or ``"cannot check"``. ``vars`` fill the job's ``${NAME}``
     variables."""
-    report = _native.verify(os.fspath(dataset), None if job is None else os.fspath(job), _vars(vars), sample, seed, min_cosine,
-                            None if model is None else os.fspath(model), device, id_column, column,
-                            _Show(False, quiet))
+    job = None if job is None else os.fspath(job)
+    model = None if model is None else os.fspath(model)
+    report = _native.verify(os.fspath(dataset), job, _vars(vars), sample, seed, min_cosine, model, device, id_column,
+                            column, _Show(False, quiet))
     return json.loads(report)

@@ -316,16 +316,22 @@ fn statements(
     vars: &BTreeMap<String, String>,
     collector: &Collector,
 ) -> PyResult<Vec<JobStatement>> {
-    if let Some(bad) = vars.keys().find(|k| !is_var_name(k)) {
-        return Err(PipelineError::new_err(format!(
-            "vars: `{bad}` is not a variable name (a letter or _, then letters, digits or _)"
-        )));
-    }
+    checked_vars(vars)?;
     let (statements, unused) = job_statements(source, text, vars).map_err(|e| py_err(&e))?;
     if !unused.is_empty() {
         collector.warning(&format!("vars {} not used by the job (no ${{…}} names it)", unused.join(", ")));
     }
     Ok(statements)
+}
+
+/// Variables' names as `--var` takes them: a letter or `_`, then letters, digits or `_`.
+fn checked_vars(vars: &BTreeMap<String, String>) -> PyResult<()> {
+    match vars.keys().find(|k| !is_var_name(k)) {
+        Some(bad) => Err(PipelineError::new_err(format!(
+            "vars: `{bad}` is not a variable name (a letter or _, then letters, digits or _)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Settings' keys as `--set` takes them: `namespace.key`, of letters, digits, `_` and `.`.
@@ -585,10 +591,12 @@ fn plan(
     if matches!(size, UnitSize::Count(0) | UnitSize::Tokens(0)) {
         return Err(PipelineError::new_err("units and unit_tokens must be at least 1"));
     }
+    let vars = vars.unwrap_or_default();
+    checked_vars(&vars)?;
     let what = format!("the plan of {}", job.display());
     let collector = Collector::default();
     let plans = wait(py, &collector, on_event.as_ref(), OnStop::Abandon(what), move || async move {
-        embedding_pipeline::ops::plan::plan_job(&job, &vars.unwrap_or_default(), size).await
+        embedding_pipeline::ops::plan::plan_job(&job, &vars, size).await
     })?;
     let out: Vec<_> =
         plans.iter().map(|(plan, dir)| serde_json::json!({"dir": dir.display().to_string(), "plan": plan})).collect();
@@ -618,6 +626,7 @@ fn trial(
     }
     let mut args = TrialArgs::new(job);
     args.vars = vars.unwrap_or_default();
+    checked_vars(&args.vars)?;
     if let Some(minutes) = minutes {
         args.minutes = minutes;
     }
@@ -660,6 +669,7 @@ fn verify(
     let mut args = VerifyArgs::new(dataset);
     args.job = job;
     args.vars = vars.unwrap_or_default();
+    checked_vars(&args.vars)?;
     if let Some(sample) = sample {
         args.sample = sample;
     }

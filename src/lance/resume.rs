@@ -402,34 +402,99 @@ pub fn resume_refusal(
     }
 }
 
-/// The volatile expression (`random()`, `uuid()`) that decides which rows of `input` reach its output, if one
-/// does: in a filter, a LIMIT's ordering, a join, a grouping, a window or a DISTINCT, or in a column computed
-/// beneath one of them. Each run then chooses other rows. A volatile column that only rides along is no choice.
+/// The volatile call (`random()`, `uuid()`) that decides which rows of `input` reach its output, if one does: in
+/// a filter's predicate, the order a LIMIT keeps the first rows of, a join's keys, a grouping's keys, a window or a
+/// DISTINCT, directly or through a column computed beneath (followed down through projections and aliases), in
+/// the query or in one of its subqueries. Each run then chooses other rows. A volatile column the choices do not
+/// read only rides along, and chooses nothing.
 pub fn volatile_choice(input: &LogicalPlan) -> Option<String> {
     let mut found = None;
-    let chooses = |node: &LogicalPlan| match node {
-        LogicalPlan::Filter(_)
-        | LogicalPlan::Limit(_)
-        | LogicalPlan::Join(_)
-        | LogicalPlan::Aggregate(_)
-        | LogicalPlan::Window(_)
-        | LogicalPlan::Distinct(_) => true,
-        LogicalPlan::Sort(s) => s.fetch.is_some(),
-        _ => false,
-    };
-    // Infallible closures: `apply` only returns their errors.
-    let _ = input.apply(|node| {
-        if !chooses(node) {
-            return Ok(TreeNodeRecursion::Continue);
-        }
-        // The chooser's own expressions and those of every node beneath it.
-        let _ = node.apply(|below| {
-            found = below.expressions().into_iter().find(Expr::is_volatile).map(|e| e.to_string());
-            Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
-        });
-        Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Jump })
+    // Infallible closure: `apply_with_subqueries` only returns its errors.
+    let _ = input.apply_with_subqueries(|node| {
+        found = choices(node).into_iter().find_map(|(e, over)| volatile_in(&e, &over));
+        Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
     });
     found
+}
+
+/// The expressions by which `node` chooses rows, each with the plans whose output it reads.
+fn choices(node: &LogicalPlan) -> Vec<(Expr, Vec<&LogicalPlan>)> {
+    fn keys(s: &datafusion::logical_expr::Sort) -> Vec<(Expr, Vec<&LogicalPlan>)> {
+        s.expr.iter().map(|k| (k.expr.clone(), vec![s.input.as_ref()])).collect()
+    }
+    match node {
+        LogicalPlan::Filter(f) => vec![(f.predicate.clone(), vec![f.input.as_ref()])],
+        LogicalPlan::Sort(s) if s.fetch.is_some() => keys(s),
+        // The order a LIMIT keeps: the sort under it, or under the projection that drops a sort column not shown.
+        LogicalPlan::Limit(l) => match l.input.as_ref() {
+            LogicalPlan::Sort(s) => keys(s),
+            LogicalPlan::Projection(p) => match p.input.as_ref() {
+                LogicalPlan::Sort(s) => keys(s),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        },
+        LogicalPlan::Join(j) => {
+            node.expressions().into_iter().map(|e| (e, vec![j.left.as_ref(), j.right.as_ref()])).collect()
+        }
+        LogicalPlan::Aggregate(a) => a.group_expr.iter().map(|e| (e.clone(), vec![a.input.as_ref()])).collect(),
+        LogicalPlan::Window(w) => w.window_expr.iter().map(|e| (e.clone(), vec![w.input.as_ref()])).collect(),
+        LogicalPlan::Distinct(d) => {
+            let input = d.input();
+            input.schema().columns().into_iter().map(|c| (Expr::Column(c), vec![input.as_ref()])).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The volatile call in `e`, or in a column `e` reads from one of `over` (the plans whose output it reads).
+fn volatile_in(e: &Expr, over: &[&LogicalPlan]) -> Option<String> {
+    let mut call = None;
+    // Infallible closure.
+    let _ = e.apply(|x| {
+        call = x.is_volatile_node().then(|| x.to_string());
+        Ok(if call.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    call.or_else(|| {
+        e.column_refs()
+            .into_iter()
+            .find_map(|c| over.iter().find(|p| p.schema().has_column(c)).and_then(|p| volatile_column(p, c)))
+    })
+}
+
+/// The volatile call that computes column `c` of `plan`'s output, if one does.
+fn volatile_column(plan: &LogicalPlan, c: &Column) -> Option<String> {
+    let at = plan.schema().index_of_column(c).ok()?;
+    let input_column = |input: &LogicalPlan, i: usize| {
+        let (q, f) = input.schema().qualified_field(i);
+        Column::new(q.cloned(), f.name())
+    };
+    match plan {
+        LogicalPlan::Projection(p) => volatile_in(&p.expr[at], &[p.input.as_ref()]),
+        LogicalPlan::SubqueryAlias(a) => volatile_column(&a.input, &input_column(&a.input, at)),
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::Repartition(_)
+        | LogicalPlan::Distinct(Distinct::All(_)) => volatile_column(plan.inputs()[0], c),
+        LogicalPlan::Join(j) => [j.left.as_ref(), j.right.as_ref()]
+            .into_iter()
+            .find(|side| side.schema().has_column(c))
+            .and_then(|side| volatile_column(side, c)),
+        LogicalPlan::Union(u) => u.inputs.iter().find_map(|b| volatile_column(b, &input_column(b, at))),
+        LogicalPlan::Aggregate(a) => {
+            let exprs: Vec<&Expr> = a.group_expr.iter().chain(&a.aggr_expr).collect();
+            exprs.get(at).and_then(|e| volatile_in(e, &[a.input.as_ref()]))
+        }
+        LogicalPlan::Window(w) => {
+            let width = w.input.schema().fields().len();
+            match at.checked_sub(width) {
+                Some(i) => w.window_expr.get(i).and_then(|e| volatile_in(e, &[w.input.as_ref()])),
+                None => volatile_column(&w.input, &input_column(&w.input, at)),
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Drop the rows whose output id the dataset at `uri` already holds, in every branch that feeds the output,
@@ -464,6 +529,12 @@ pub fn unplannable(input: &LogicalPlan, column: &str) -> Result<Option<String>> 
     let skipped = without_done_ids(input.clone(), "", column)?;
     if let Some(why) = skipped.after_embed {
         return Ok(Some(why));
+    }
+    if let Some(what) = skipped.chosen_by {
+        return Ok(Some(format!(
+            "its rows are chosen by {what}, anew on every run (choose them by something that stays the same, e.g. \
+             ORDER BY md5(id) LIMIT n)"
+        )));
     }
     let mut keys = Vec::new();
     skipped.plan.apply(|node| {

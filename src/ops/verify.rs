@@ -226,6 +226,13 @@ pub fn last_verify(uri: &str, version: u64) -> Option<VerifyReport> {
 
 /// Check the dataset, telling `reporter` each stage as a note. It writes nothing: [`save`] keeps the report.
 pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<VerifyReport> {
+    if args.job.is_none() && !args.vars.is_empty() {
+        return Err(Error::Refused(
+            "variables were given, but no job to give them to: give the job that made the dataset (--job), or leave \
+             the variables out"
+                .into(),
+        ));
+    }
     let stage = |what: &str| reporter.note(what);
     crate::campaign::memory::mark_before_load();
     let started = Instant::now();

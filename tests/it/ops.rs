@@ -373,6 +373,9 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     let saved = save(&report).unwrap().unwrap();
     assert!(saved.display().to_string().ends_with("out.lance.verify.json"), "{}", saved.display());
     assert_eq!(last_verify(&out, report.version).map(|r| r.verdict), Some("sound".into()));
+    // Variables with no job to give them to are refused, typed.
+    let err = verify(&VerifyArgs { job: None, ..args.clone() }, &Silent).await.unwrap_err();
+    assert!(matches!(&err, Error::Refused(m) if m.contains("no job to give them to")), "{err:?}");
     // A dataset with no such id column is refused, typed, before any work.
     let err = verify(&VerifyArgs { id_column: "nope".into(), ..args.clone() }, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.contains("has no id column `nope`")), "{err:?}");

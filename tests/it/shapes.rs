@@ -89,6 +89,16 @@ fn resuming_shapes() -> Vec<(&'static str, &'static str, Vec<String>)> {
         ),
         ("a volatile column riding along", "SELECT id, embed(text) AS embedding, random() AS r FROM a", ids("a", &all)),
         (
+            "a volatile column under a filter that does not read it",
+            "SELECT id, embed(text) AS embedding, r FROM (SELECT id, text, random() AS r FROM a) WHERE id <> 'zz'",
+            ids("a", &all),
+        ),
+        (
+            "a volatile column beside an ordered limit",
+            "SELECT id, embed(text) AS embedding, random() AS r FROM a ORDER BY id LIMIT 5",
+            ids("a", &|i| i < 5),
+        ),
+        (
             "join",
             "SELECT a.id, embed(a.text) AS embedding FROM a JOIN meta ON a.id = meta.id WHERE meta.lang = 'en'",
             ids("a", &|i| i % 2 == 0),
@@ -171,6 +181,7 @@ async fn a_shape_that_chooses_rows_at_random_is_refused_when_it_would_resume() {
         ("SELECT id, embed(text) AS embedding FROM a ORDER BY random() LIMIT 4", 4),
         ("SELECT id, embed(text) AS embedding FROM a WHERE random() < 2.0", 10),
         ("SELECT id, embedding FROM (SELECT id, embed(text) AS embedding, random() AS r FROM a) WHERE r < 2.0", 10),
+        ("SELECT id, embed(text) AS embedding FROM a WHERE id IN (SELECT id FROM a ORDER BY random() LIMIT 4)", 4),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out.lance").display().to_string();
@@ -179,6 +190,17 @@ async fn a_shape_that_chooses_rows_at_random_is_refused_when_it_would_resume() {
         assert!(err.contains("cannot resume the write into") && err.contains("chooses its rows by random()"), "{err}");
         assert!(err.contains("ORDER BY md5(id) LIMIT n") && err.ends_with("(embedded 0)"), "{err}");
         assert_eq!(written(&out).await.0, rows as i64, "{query}: the dataset is as it was");
+        // A plan would fix the rows once, for runs that choose them anew: refused, saying why.
+        let job = tmp.path().join("job.sql");
+        let table = tmp.path().join("a.jsonl");
+        let text = format!(
+            "CREATE EXTERNAL TABLE a STORED AS JSON LOCATION '{}';\nCOPY ({query}) TO '{out}' STORED AS LANCE;\n",
+            table.display()
+        );
+        std::fs::write(&job, text).unwrap();
+        let size = embedding_pipeline::ops::plan::UnitSize::Tokens(1000);
+        let err = embedding_pipeline::ops::plan::plan_job(&job, &Default::default(), size).await.unwrap_err();
+        assert!(err.chain_text().contains("cannot be planned: its rows are chosen by random()"), "{err:?}");
     }
 }
 
