@@ -51,6 +51,8 @@ pub struct RunMetrics {
     plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
     /// The rows left to write of each write whose ids were checked when planned, by output URI.
     ids_checked: Mutex<std::collections::HashMap<String, u64>>,
+    /// Nanoseconds the ordering stage spent tokenising that no embedded batch has been charged with yet.
+    tokenizing: std::sync::atomic::AtomicU64,
     /// When kept (a trial): the moment each embedded batch was sent on, and the useful tokens sent so far.
     timeline: Mutex<Option<Vec<(std::time::Instant, u64)>>>,
 }
@@ -78,6 +80,13 @@ impl RunMetrics {
         use std::sync::atomic::Ordering::Relaxed;
         self.counted_rows.fetch_add(rows, Relaxed);
         self.counted_tokens.fetch_add(tokens, Relaxed);
+    }
+
+    /// Note time the ordering stage spent tokenising: the write path's texts are tokenised there, once, and
+    /// the time is charged to the next embedded batch sent (so a commit's record counts the tokenising done up to
+    /// it, and the sums are exact).
+    pub fn record_tokenizing(&self, took: Duration) {
+        self.tokenizing.fetch_add(took.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Rows and tokens counted by the ordering stage so far.
@@ -173,7 +182,12 @@ impl RunMetrics {
     }
 
     /// Send the counters of a batch of `rows` embedded rows on to the sink that will receive them.
-    pub fn send_embedded(&self, rows: u64, stats: EmbedStats) {
+    pub fn send_embedded(&self, rows: u64, mut stats: EmbedStats) {
+        let tokenizing = Duration::from_nanos(self.tokenizing.swap(0, std::sync::atomic::Ordering::Relaxed));
+        if !tokenizing.is_zero() {
+            stats.tokenize_time += tokenizing;
+            self.embed.lock().unwrap_or_else(|e| e.into_inner()).tokenize_time += tokenizing;
+        }
         if let Some(timeline) = self.timeline.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             let so_far = timeline.last().map_or(0, |(_, tokens)| *tokens) + stats.useful_tokens;
             timeline.push((std::time::Instant::now(), so_far));

@@ -41,6 +41,16 @@ pub struct RunRecord {
     pub tokenize_seconds: f64,
     /// Time in the model, pooling included, seconds (not the wait for a session another call holds).
     pub model_seconds: f64,
+    /// Time with a model call in flight, seconds: ONNX Runtime's runs alone, summed over the sessions.
+    #[serde(default)]
+    pub model_run_seconds: f64,
+    /// The model sessions that shared the calls.
+    #[serde(default)]
+    pub model_sessions: u64,
+    /// The share of the wall time each session had a model call in flight (model_run_seconds / (model_sessions x
+    /// wall_seconds)): low when the host, not the model, sets the pace.
+    #[serde(default)]
+    pub model_busy: f64,
     /// Time in the Lance writer and commit, seconds.
     pub write_seconds: f64,
     /// useful_tokens / wall_seconds.
@@ -97,6 +107,9 @@ impl RunRecord {
             wall_seconds,
             tokenize_seconds: stats.tokenize_time.as_secs_f64(),
             model_seconds: stats.model_time.as_secs_f64(),
+            model_run_seconds: stats.run_time.as_secs_f64(),
+            model_sessions: stats.sessions,
+            model_busy: stats.model_busy(std::time::Duration::from_secs_f64(wall_seconds.max(0.0))).unwrap_or(0.0),
             write_seconds,
             useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
             peak_memory_bytes: 0,
@@ -135,6 +148,8 @@ impl RunRecord {
             model_calls: self.model_calls,
             tokenize_time: std::time::Duration::from_secs_f64(self.tokenize_seconds.max(0.0)),
             model_time: std::time::Duration::from_secs_f64(self.model_seconds.max(0.0)),
+            run_time: std::time::Duration::from_secs_f64(self.model_run_seconds.max(0.0)),
+            sessions: self.model_sessions,
         }
     }
 }

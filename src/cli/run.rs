@@ -10,6 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::display::{ResultStyle, ResultWriter};
 use super::job_input::JobStatement;
+use crate::model::EmbedStats;
 use crate::ops::run::{ModelNote, RunReport, WriteProgress};
 use crate::ops::{Reporter, RunSettings};
 
@@ -163,6 +164,23 @@ impl Drop for Bar {
     }
 }
 
+/// Below this share of the wall time with a model call in flight, the summary says the host set the pace.
+const HOST_BOUND_BELOW: f64 = 0.7;
+
+/// How busy the model was over `wall` seconds, and whether the host set the pace; `None` without model calls.
+fn model_busy(e: &EmbedStats, wall: f64) -> Option<String> {
+    let busy = e.model_busy(std::time::Duration::from_secs_f64(wall.max(0.0)))?;
+    let sessions = match e.sessions {
+        1 => "1 session".to_string(),
+        n => format!("{n} sessions, on average"),
+    };
+    let limit = match busy < HOST_BOUND_BELOW {
+        true => ": the host (reading, tokenising, pooling, writing), not the model, set the pace",
+        false => "",
+    };
+    Some(format!("model busy {:.0}% of the wall time ({sessions}){limit}", busy * 100.0))
+}
+
 /// The run's summary: rows written, tokens useful and processed, time, model and device.
 fn print_summary(r: &RunReport) {
     let wall = r.wall_seconds;
@@ -223,6 +241,9 @@ fn print_summary(r: &RunReport) {
             e.model_time.as_secs_f64(),
             write_seconds
         );
+    }
+    if let Some(line) = model_busy(e, wall) {
+        note!("{line}");
     }
     match &r.model_note {
         Some(ModelNote::GpuDefault(dir)) => note!(

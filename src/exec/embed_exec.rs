@@ -7,6 +7,10 @@
 //! model session in flight plus one, so that tokenising overlaps the model, and passes each chunk on,
 //! in order, as soon as it is done, with its counters sent to the sink through [`RunMetrics`].
 //!
+//! When its input ends in the ordering stage's [`TOKENS`] column, the first `embed()` (the one whose text was
+//! counted) is handed those tokens instead of tokenising its texts again, and the column is left out of the
+//! output.
+//!
 //! After a stop request it starts no chunk: the chunks in flight finish, or are refused by the model
 //! before their call starts ([`crate::Error::Stopped`]), and the stream ends, so the sink can commit
 //! every row already embedded.
@@ -15,7 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::Poll;
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch};
 use datafusion::common::{Result, exec_datafusion_err};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -26,9 +30,12 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 
+use super::length_order::TOKENS;
 use crate::campaign::interrupt;
 use crate::campaign::metrics::RunMetrics;
-use crate::udf::embed::counting_calls;
+use crate::model::CallSettings;
+use crate::model::tokenize::Tokenized;
+use crate::udf::embed::{GivenTokens, counting_calls, with_tokens};
 
 /// The write path's `embed()` node; see the module docs.
 #[derive(Debug)]
@@ -40,6 +47,8 @@ pub struct EmbedExec {
     /// Where each chunk's counters go, for a Lance sink to receive; `None` for other sinks.
     metrics: Option<Arc<RunMetrics>>,
     properties: Arc<PlanProperties>,
+    /// The settings the input's [`TOKENS`] were made under, when it has them.
+    tokens: Option<CallSettings>,
 }
 
 impl EmbedExec {
@@ -59,8 +68,38 @@ impl EmbedExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(Self { input, exprs, chunk_rows: chunk_rows.max(1), in_flight: in_flight.max(1), metrics, properties })
+        let (chunk_rows, in_flight) = (chunk_rows.max(1), in_flight.max(1));
+        Ok(Self { input, exprs, chunk_rows, in_flight, metrics, properties, tokens: None })
     }
+
+    /// Hand the input's last column, [`TOKENS`] (made under `settings`), to the first `embed()`; without that
+    /// column, nothing changes.
+    pub fn with_tokens(mut self, settings: CallSettings) -> Self {
+        let schema = self.input.schema();
+        self.tokens = schema.fields().last().is_some_and(|f| f.name() == TOKENS).then_some(settings);
+        self
+    }
+}
+
+/// A chunk's [`TOKENS`] column, one record per row.
+fn given_tokens(column: &ArrayRef, settings: &CallSettings) -> Result<GivenTokens> {
+    let column = column.as_binary_opt::<i32>().ok_or_else(|| exec_datafusion_err!("{TOKENS} is not binary"))?;
+    let tokens = column
+        .iter()
+        .enumerate()
+        .map(|(row, bytes)| match bytes {
+            None => Ok(None),
+            Some(bytes) => Tokenized::from_bytes(bytes)
+                .map(Some)
+                .ok_or_else(|| exec_datafusion_err!("{TOKENS} holds no tokens at row {row}")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(GivenTokens {
+        tokens,
+        prefix: settings.prefix.clone(),
+        max_tokens: settings.max_tokens,
+        truncation: settings.truncation,
+    })
 }
 
 impl DisplayAs for EmbedExec {
@@ -85,14 +124,18 @@ impl ExecutionPlan for EmbedExec {
 
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let input = children.into_iter().next().ok_or_else(|| exec_datafusion_err!("EmbedExec needs one child"))?;
-        Ok(Arc::new(Self::try_new(
+        let node = Self::try_new(
             input,
             self.exprs.clone(),
             self.schema(),
             self.chunk_rows,
             self.in_flight,
             self.metrics.clone(),
-        )?))
+        )?;
+        Ok(Arc::new(match &self.tokens {
+            Some(settings) => node.with_tokens(settings.clone()),
+            None => node,
+        }))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
@@ -116,17 +159,31 @@ impl ExecutionPlan for EmbedExec {
         });
         let (exprs, schema, config) =
             (self.exprs.clone(), self.schema(), Arc::clone(context.session_config().options()));
+        let tokens = self.tokens.clone();
         let embedded = chunks
             .map(move |chunk: Result<RecordBatch>| {
                 let (exprs, schema, config) = (exprs.clone(), Arc::clone(&schema), Arc::clone(&config));
+                let tokens = tokens.clone();
                 async move {
                     let chunk = chunk?;
                     let (columns, stats) = counting_calls(async {
                         let mut columns = chunk.columns().to_vec();
+                        // The tokens go to the first embed(), not into the output.
+                        let given = match &tokens {
+                            Some(settings) => {
+                                let column = columns.pop().ok_or_else(|| exec_datafusion_err!("no {TOKENS}"))?;
+                                Some(given_tokens(&column, settings)?)
+                            }
+                            None => None,
+                        };
+                        let mut given = given.into_iter();
                         for e in &exprs {
-                            columns.push(
-                                e.invoke_with_args(&chunk, Arc::clone(&config)).await?.to_array(chunk.num_rows())?,
-                            );
+                            let call = e.invoke_with_args(&chunk, Arc::clone(&config));
+                            let out = match given.next() {
+                                Some(tokens) => with_tokens(tokens, call).await?,
+                                None => call.await?,
+                            };
+                            columns.push(out.to_array(chunk.num_rows())?);
                         }
                         Ok::<_, DataFusionError>(columns)
                     })

@@ -1,27 +1,29 @@
 //! Ordering rows by their real token count ahead of `embed()`, so each model call groups texts of similar
 //! length and pads little. Two nodes:
 //!
-//! - [`TokenCountExec`] counts each row's tokens with the model's own tokenizer (with the prefix and
-//!   truncation that `embed` will apply) and appends the count as the column [`TOKEN_COUNT`].
+//! - [`TokenCountExec`] tokenises each row's text with the model's own tokenizer (with the prefix and
+//!   truncation that `embed` will apply) and appends the count as the column [`TOKEN_COUNT`]; on the write
+//!   path it also appends the tokens themselves as [`TOKENS`], which [`super::EmbedExec`] hands to `embed`, so
+//!   that each text is tokenised once.
 //! - [`LengthOrderExec`] passes the rows on longest first, in batches of one model call each (cut by
 //!   `embed.batch_tokens` and `embed.max_batch_rows` as `embed` cuts them, so the rows reach the sink as
 //!   each call finishes), without the count column:
 //!   - with `embed.order_window = N`, it orders N rows at a time itself, or fewer when they reach
 //!     [`WINDOW_BYTES`] or the session's memory pool (`datafusion.runtime.memory_limit`) refuses more
-//!     (memory: one window);
+//!     (memory: the window being filled, one ordered window waiting, and the one being passed on). The next
+//!     window fills while the last one's calls run, so the model does not wait for it, and the first windows
+//!     are small ([`FIRST_WINDOW_ROWS`], doubling up to N), so the first model call starts within a second
+//!     whatever the corpus's size, on a start and on a resume;
 //!   - with `embed.order_window = 0`, DataFusion's `SortExec` orders the whole input by the count column
 //!     below it, spilling to disk under the session's memory pool, and this node only cuts the calls.
-//!
-//! NOTE: `embed` tokenises the texts again. Keeping the token ids from here would mean carrying them
-//! through DataFusion as an extra column; tokenising is about 1.5% of the time of a CPU run (see
-//! BENCHMARKS.md), so the simpler route was taken.
 
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch, RecordBatchOptions, UInt32Array};
+use datafusion::arrow::array::{AsArray, BinaryBuilder, RecordBatch, RecordBatchOptions, UInt32Array};
 use datafusion::arrow::compute::{SortOptions, concat_batches, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{Result, exec_datafusion_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -37,8 +39,8 @@ use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
 use crate::campaign::metrics::{RunMetrics, batch_bytes, compact_views};
-use crate::model::CallSettings;
 use crate::model::batching::plan_batches;
+use crate::model::{CallSettings, TextEmbedder};
 use crate::options::EmbedOptions;
 use crate::udf::embed::string_values;
 
@@ -47,6 +49,19 @@ pub const TOKEN_COUNT: &str = "__token_count";
 
 /// The column [`TokenCountExec::with_dropped_tokens`] appends after it: the tokens truncation cuts.
 pub const DROPPED_TOKENS: &str = "__dropped_tokens";
+
+/// The column [`TokenCountExec::with_tokens`] appends before [`TOKEN_COUNT`]: each row's tokens as
+/// [`crate::model::tokenize::Tokenized::to_bytes`] writes them (NULL for a NULL text).
+pub const TOKENS: &str = "__tokens";
+
+/// Rows of the first window (`embed.order_window` > 0); each next window is twice the last, up to the option.
+/// Small, so that the first model call starts as soon as these rows are read and counted; a window's ordering
+/// is good from a few hundred rows on (the calls it cuts hold neighbouring lengths).
+pub const FIRST_WINDOW_ROWS: usize = 1024;
+
+/// Most rows tokenised at once by [`TokenCountExec`]: a scan's batch (8,192 rows by default) is counted in
+/// slices of this many, so that the ordering stage sees its first rows early.
+pub const COUNT_ROWS: usize = 1024;
 
 /// Most bytes of rows one window holds (`embed.order_window` > 0) before it is ordered and passed on.
 pub const WINDOW_BYTES: usize = 64 * 1024 * 1024;
@@ -59,8 +74,9 @@ pub fn length_order(
     options: &EmbedOptions,
     run: Option<Arc<RunMetrics>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let counted: Arc<dyn ExecutionPlan> =
-        Arc::new(TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?.with_run_metrics(run));
+    let counted: Arc<dyn ExecutionPlan> = Arc::new(
+        TokenCountExec::try_new(input, Arc::clone(&text), options.clone())?.with_run_metrics(run).with_tokens(),
+    );
     let (input, window) = match options.order_window {
         0 => {
             let sort = SortExec::new(longest_first(&counted.schema())?, counted);
@@ -92,17 +108,22 @@ pub struct TokenCountExec {
     run: Option<Arc<RunMetrics>>,
     /// Whether to append [`DROPPED_TOKENS`] too.
     dropped: bool,
+    /// Whether to append [`TOKENS`] (before [`TOKEN_COUNT`]).
+    tokens: bool,
 }
 
 impl TokenCountExec {
     /// Count the tokens of `text` (an expression over `input`) on every row of `input`.
     pub fn try_new(input: Arc<dyn ExecutionPlan>, text: Arc<dyn PhysicalExpr>, options: EmbedOptions) -> Result<Self> {
-        let properties = Self::properties_for(&input, false);
-        Ok(Self { input, text, options, properties, run: None, dropped: false })
+        let properties = Self::properties_for(&input, false, false);
+        Ok(Self { input, text, options, properties, run: None, dropped: false, tokens: false })
     }
 
-    fn properties_for(input: &Arc<dyn ExecutionPlan>, dropped: bool) -> Arc<PlanProperties> {
+    fn properties_for(input: &Arc<dyn ExecutionPlan>, dropped: bool, tokens: bool) -> Arc<PlanProperties> {
         let mut fields: Vec<Arc<Field>> = input.schema().fields().iter().cloned().collect();
+        if tokens {
+            fields.push(Arc::new(Field::new(TOKENS, DataType::Binary, true)));
+        }
         fields.push(Arc::new(Field::new(TOKEN_COUNT, DataType::UInt32, false)));
         if dropped {
             fields.push(Arc::new(Field::new(DROPPED_TOKENS, DataType::UInt32, false)));
@@ -119,7 +140,14 @@ impl TokenCountExec {
     /// Also append [`DROPPED_TOKENS`], for an account of truncation (`pipeline plan`).
     pub fn with_dropped_tokens(mut self) -> Self {
         self.dropped = true;
-        self.properties = Self::properties_for(&self.input, true);
+        self.properties = Self::properties_for(&self.input, true, self.tokens);
+        self
+    }
+
+    /// Also append [`TOKENS`], for `embed` to use instead of tokenising the texts again (the write path).
+    pub fn with_tokens(mut self) -> Self {
+        self.tokens = true;
+        self.properties = Self::properties_for(&self.input, self.dropped, true);
         self
     }
 
@@ -162,14 +190,20 @@ impl ExecutionPlan for TokenCountExec {
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
         let input =
             children.into_iter().next().ok_or_else(|| exec_datafusion_err!("TokenCountExec needs one child"))?;
-        let node =
+        let mut node =
             Self::try_new(input, Arc::clone(&self.text), self.options.clone())?.with_run_metrics(self.run.clone());
-        Ok(Arc::new(if self.dropped { node.with_dropped_tokens() } else { node }))
+        if self.dropped {
+            node = node.with_dropped_tokens();
+        }
+        if self.tokens {
+            node = node.with_tokens();
+        }
+        Ok(Arc::new(node))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         let mut input = self.input.execute(partition, context)?;
-        let dropped = self.dropped;
+        let (dropped, with_tokens) = (self.dropped, self.tokens);
         let (settings, _) = Fingerprint::for_options(&self.options)?;
         let (options, text, run, schema) =
             (self.options.clone(), Arc::clone(&self.text), self.run.clone(), self.schema());
@@ -181,31 +215,71 @@ impl ExecutionPlan for TokenCountExec {
                 .map_err(|e| exec_datafusion_err!("loading the model failed: {e}"))??;
             while let Some(batch) = input.next().await {
                 let batch = batch?;
-                let texts = text.evaluate(&batch)?.into_array(batch.num_rows())?;
-                let (embedder, settings) = (Arc::clone(&embedder), settings.clone());
-                let counts = tokio::task::spawn_blocking(move || -> Result<Vec<(usize, usize)>> {
-                    Ok(embedder.token_counts(&string_values(&texts)?, &settings)?)
-                })
-                .await
-                .map_err(|e| exec_datafusion_err!("token counting failed: {e}"))??;
-                let lengths: UInt32Array = counts.iter().map(|(kept, _)| *kept as u32).collect();
-                if let Some(run) = &run {
-                    run.record_counted(lengths.len() as u64, lengths.values().iter().map(|n| *n as u64).sum());
-                }
-                let mut columns = batch.columns().to_vec();
-                columns.push(Arc::new(lengths));
-                if dropped {
-                    columns.push(Arc::new(counts.iter().map(|(_, cut)| *cut as u32).collect::<UInt32Array>()));
-                }
-                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-                let counted = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
-                if tx.send(Ok(counted)).await.is_err() {
-                    break;
+                for at in (0..batch.num_rows()).step_by(COUNT_ROWS) {
+                    let slice = batch.slice(at, COUNT_ROWS.min(batch.num_rows() - at));
+                    let texts = text.evaluate(&slice)?.into_array(slice.num_rows())?;
+                    let (embedder, settings) = (Arc::clone(&embedder), settings.clone());
+                    let counted = tokio::task::spawn_blocking(move || -> Result<Counted> {
+                        let started = std::time::Instant::now();
+                        let tokens = embedder.tokenize_texts(&string_values(&texts)?, &settings)?;
+                        Ok(Counted::of(tokens, with_tokens, started.elapsed()))
+                    })
+                    .await
+                    .map_err(|e| exec_datafusion_err!("token counting failed: {e}"))??;
+                    if let Some(run) = &run {
+                        let tokens = counted.lengths.values().iter().map(|n| *n as u64).sum();
+                        run.record_counted(counted.lengths.len() as u64, tokens);
+                        run.record_tokenizing(counted.took);
+                    }
+                    let mut columns = slice.columns().to_vec();
+                    columns.extend(counted.tokens.map(|t| Arc::new(t) as _));
+                    columns.push(Arc::new(counted.lengths));
+                    if dropped {
+                        columns.push(Arc::new(counted.dropped));
+                    }
+                    let options = RecordBatchOptions::new().with_row_count(Some(slice.num_rows()));
+                    let counted = RecordBatch::try_new_with_options(Arc::clone(&schema), columns, &options)?;
+                    if tx.send(Ok(counted)).await.is_err() {
+                        return Ok(());
+                    }
                 }
             }
             Ok(())
         });
         Ok(builder.build())
+    }
+}
+
+/// One slice's tokens, as the columns [`TokenCountExec`] appends.
+struct Counted {
+    lengths: UInt32Array,
+    dropped: UInt32Array,
+    tokens: Option<datafusion::arrow::array::BinaryArray>,
+    /// Time spent tokenising.
+    took: std::time::Duration,
+}
+
+impl Counted {
+    fn of(tokens: Vec<Option<crate::model::tokenize::Tokenized>>, keep: bool, took: std::time::Duration) -> Self {
+        let lengths = tokens.iter().map(|t| t.as_ref().map_or(0, |t| t.ids.len() as u32)).collect();
+        let dropped = tokens.iter().map(|t| t.as_ref().map_or(0, |t| t.dropped as u32)).collect();
+        let tokens = keep.then(|| {
+            let bytes: usize = tokens.iter().flatten().map(|t| 8 + 8 * t.ids.len()).sum();
+            let mut column = BinaryBuilder::with_capacity(tokens.len(), bytes);
+            let mut record = Vec::new();
+            for t in &tokens {
+                match t {
+                    Some(t) => {
+                        record.clear();
+                        t.to_bytes(&mut record);
+                        column.append_value(&record);
+                    }
+                    None => column.append_null(),
+                }
+            }
+            column.finish()
+        });
+        Self { lengths, dropped, tokens, took }
     }
 }
 
@@ -289,10 +363,16 @@ impl ExecutionPlan for LengthOrderExec {
         let reservation = MemoryConsumer::new(format!("LengthOrderExec[{partition}]"))
             .with_can_spill(true)
             .register(context.memory_pool());
-        let job = Job { settings, schema: self.schema(), window: self.window, reservation };
+        let job = Job { settings, schema: self.schema() };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema(), 2);
         let tx = builder.tx();
-        builder.spawn(async move { job.run(input, tx).await });
+        let window = self.window;
+        builder.spawn(async move {
+            match window {
+                None => job.run_sorted(input, tx).await,
+                Some(window) => job.run_windows(input, window, reservation, tx).await,
+            }
+        });
         Ok(builder.build())
     }
 }
@@ -302,81 +382,54 @@ struct Job {
     settings: CallSettings,
     /// The output schema: the input's without [`TOKEN_COUNT`].
     schema: SchemaRef,
-    window: Option<usize>,
-    /// The window's rows, held against the session's memory pool.
-    reservation: MemoryReservation,
 }
 
+/// An ordered window on its way to be cut into calls, and the memory it holds in the session's pool.
+type Window = (RecordBatch, MemoryReservation);
+
 impl Job {
-    async fn run(self, mut input: SendableRecordBatchStream, tx: Sender) -> Result<()> {
+    /// Rows that arrive sorted longest first: every call but the last of what is held is complete; the last
+    /// waits for the rows that may still join it.
+    async fn run_sorted(self, mut input: SendableRecordBatchStream, tx: Sender) -> Result<()> {
         let mut held: Vec<RecordBatch> = Vec::new();
-        let (mut rows, mut bytes) = (0, 0);
         while let Some(batch) = input.next().await {
             let batch = batch?;
             if batch.num_rows() == 0 {
                 continue;
             }
-            let size = batch_bytes(&batch);
-            let Some(window) = self.window else {
-                // Sorted input: every call but the last of what is held is complete; the last waits for
-                // the rows that may still join it.
-                held.push(batch);
-                let all = concat_batches(&held[0].schema(), &held)?;
-                let Some(rest) = self.emit_calls(&all, false, &tx).await? else { return Ok(()) };
-                held = vec![rest];
-                continue;
-            };
-            // A full window, or one the memory pool will not let grow, is ordered and passed on first; a
-            // window's first batch is always taken.
-            if rows > 0 && (bytes + size > WINDOW_BYTES || self.reservation.try_grow(size).is_err()) {
-                if !self.emit_window(std::mem::take(&mut held), &tx).await? {
-                    return Ok(());
-                }
-                (rows, bytes) = (0, 0);
-                self.reservation.free();
-            }
-            if rows == 0 {
-                self.reservation.grow(size);
-            }
-            (rows, bytes) = (rows + batch.num_rows(), bytes + size);
             held.push(batch);
-            while rows >= window {
-                let all = concat_batches(&held[0].schema(), &held)?;
-                let rest = all.slice(window, rows - window);
-                if !self.emit_window(vec![all.slice(0, window)], &tx).await? {
-                    return Ok(());
-                }
-                (rows, bytes) = (rest.num_rows(), batch_bytes(&rest));
-                self.reservation.resize(bytes);
-                held = vec![rest];
-            }
+            let all = concat_batches(&held[0].schema(), &held)?;
+            let Some(rest) = self.emit_calls(&all, false, &tx).await? else { return Ok(()) };
+            held = vec![rest];
         }
-        match self.window {
-            None if !held.is_empty() => {
-                let all = concat_batches(&held[0].schema(), &held)?;
-                self.emit_calls(&all, true, &tx).await?;
-            }
-            None => {}
-            Some(_) => {
-                self.emit_window(held, &tx).await?;
-            }
+        if !held.is_empty() {
+            let all = concat_batches(&held[0].schema(), &held)?;
+            self.emit_calls(&all, true, &tx).await?;
         }
-        self.reservation.free();
         Ok(())
     }
 
-    /// Order a window's rows longest first (ties keep input order) and send them. False when the
-    /// consumer is gone (a LIMIT was met, or the query stopped).
-    async fn emit_window(&self, held: Vec<RecordBatch>, tx: &Sender) -> Result<bool> {
-        let Some(first) = held.first() else { return Ok(true) };
-        let all = concat_batches(&first.schema(), &held)?;
-        let lengths = counts(&all);
-        let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
-        order.sort_by_key(|i| std::cmp::Reverse(lengths.value(*i as usize)));
-        let sorted = take_rows(&all, &UInt32Array::from(order))?;
-        Ok(self.emit_calls(&sorted, true, tx).await?.is_some())
+    /// Windows of at most `window` rows: one task fills and orders them (see [`fill_windows`]) while this one
+    /// cuts the last ordered window into calls and sends them, so the model does not wait for the next window.
+    async fn run_windows(
+        self,
+        input: SendableRecordBatchStream,
+        window: usize,
+        reservation: MemoryReservation,
+        tx: Sender,
+    ) -> Result<()> {
+        let (windows_tx, mut windows) = tokio::sync::mpsc::channel::<Result<Window>>(1);
+        // Stopped when dropped: on an error, or when the consumer went away.
+        let filling = SpawnedTask::spawn(fill_windows(input, window, reservation, windows_tx));
+        while let Some(next) = windows.recv().await {
+            let (sorted, _held) = next?;
+            if self.emit_calls(&sorted, true, &tx).await?.is_none() {
+                return Ok(());
+            }
+        }
+        // The windows ran out: a task that failed (a panic) must not pass for the end of the input.
+        filling.join().await.map_err(|e| exec_datafusion_err!("ordering the rows by length failed: {e}"))
     }
-
     /// Send the rows of `sorted` (longest first) as batches of one model call each, cut as `embed` will
     /// cut them, each copied out so that it holds only its own rows, without [`TOKEN_COUNT`]. Unless
     /// `last`, the last call's rows are not sent but given back, to be joined by the rows that follow.
@@ -406,6 +459,84 @@ impl Job {
         }
         Ok(Some(sorted.slice(sorted.num_rows(), 0)))
     }
+}
+
+/// Read `input` into windows of [`FIRST_WINDOW_ROWS`] rows, then twice as many each time up to `window` rows (or
+/// fewer, when they reach [`WINDOW_BYTES`] or the memory pool refuses more; a window's first batch is always
+/// taken), each ordered longest first (ties keep input order) and sent to `out` with the memory it holds.
+async fn fill_windows(
+    mut input: SendableRecordBatchStream,
+    window: usize,
+    mut reservation: MemoryReservation,
+    out: tokio::sync::mpsc::Sender<Result<Window>>,
+) {
+    let mut size = FIRST_WINDOW_ROWS.min(window).max(1);
+    let mut held: Vec<RecordBatch> = Vec::new();
+    let (mut rows, mut bytes) = (0, 0);
+    // Orders what is held and sends it on; false when nobody takes windows any more.
+    async fn send(
+        held: Vec<RecordBatch>,
+        reservation: &mut MemoryReservation,
+        out: &tokio::sync::mpsc::Sender<Result<Window>>,
+    ) -> bool {
+        let Some(first) = held.first() else { return true };
+        let sorted = concat_batches(&first.schema(), &held).map_err(Into::into).and_then(|all| order(&all));
+        out.send(sorted.map(|s| (s, reservation.take()))).await.is_ok()
+    }
+    while let Some(batch) = input.next().await {
+        let batch = match batch {
+            Ok(b) if b.num_rows() == 0 => continue,
+            Ok(b) => b,
+            Err(e) => {
+                let _ = out.send(Err(e)).await;
+                return;
+            }
+        };
+        let batch_size = batch_bytes(&batch);
+        if rows > 0 && (bytes + batch_size > WINDOW_BYTES || reservation.try_grow(batch_size).is_err()) {
+            if !send(std::mem::take(&mut held), &mut reservation, &out).await {
+                return;
+            }
+            (rows, bytes) = (0, 0);
+            size = (size * 2).min(window);
+        }
+        if rows == 0 {
+            reservation.grow(batch_size);
+        }
+        (rows, bytes) = (rows + batch.num_rows(), bytes + batch_size);
+        held.push(batch);
+        while rows >= size {
+            let all = match concat_batches(&held[0].schema(), &held) {
+                Ok(all) => all,
+                Err(e) => {
+                    let _ = out.send(Err(e.into())).await;
+                    return;
+                }
+            };
+            let rest = all.slice(size, rows - size);
+            let rest_bytes = batch_bytes(&rest);
+            // The memory held travels with the window; the rows left over are counted here again until the window
+            // is passed on (an overestimate, never an underestimate).
+            let taken = reservation.take();
+            reservation.grow(rest_bytes);
+            let sorted = order(&all.slice(0, size));
+            if out.send(sorted.map(|s| (s, taken))).await.is_err() {
+                return;
+            }
+            (rows, bytes) = (rest.num_rows(), rest_bytes);
+            held = vec![rest];
+            size = (size * 2).min(window);
+        }
+    }
+    send(held, &mut reservation, &out).await;
+}
+
+/// A window's rows ordered longest first, ties in input order.
+fn order(all: &RecordBatch) -> Result<RecordBatch> {
+    let lengths = counts(all);
+    let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(lengths.value(*i as usize)));
+    take_rows(all, &UInt32Array::from(order))
 }
 
 /// The [`TOKEN_COUNT`] column (the last) of a batch.

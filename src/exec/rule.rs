@@ -100,7 +100,7 @@ pub fn chunked_embedding(
             (None, Some(text)) if by_length => input = length_order(input, text, options, metrics.clone())?,
             _ => {}
         }
-        let embed = EmbedExec::try_new(
+        let mut embed = EmbedExec::try_new(
             input,
             exec.async_exprs().to_vec(),
             exec.schema(),
@@ -108,6 +108,10 @@ pub fn chunked_embedding(
             sessions + 1,
             metrics.clone(),
         )?;
+        // The ordering stage's tokens, where it made them, go to embed() (each text is tokenised once).
+        if let Ok((_, settings, _)) = crate::campaign::Fingerprint::settings_for(options) {
+            embed = embed.with_tokens(settings);
+        }
         Ok(Transformed::yes(Arc::new(embed) as Arc<dyn ExecutionPlan>))
     })
     .map(|t| t.data)

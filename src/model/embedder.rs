@@ -52,6 +52,11 @@ pub struct EmbedStats {
     pub tokenize_time: Duration,
     /// Time spent in ONNX Runtime, pooling included.
     pub model_time: Duration,
+    /// Time with a model call in flight: ONNX Runtime's runs alone (not building their inputs, nor pooling), summed
+    /// over the sessions.
+    pub run_time: Duration,
+    /// The model sessions that made the calls (the most seen; they share the calls).
+    pub sessions: u64,
 }
 
 impl EmbedStats {
@@ -68,6 +73,8 @@ impl EmbedStats {
             model_calls: self.model_calls - earlier.model_calls,
             tokenize_time: self.tokenize_time.saturating_sub(earlier.tokenize_time),
             model_time: self.model_time.saturating_sub(earlier.model_time),
+            run_time: self.run_time.saturating_sub(earlier.run_time),
+            sessions: self.sessions,
         }
     }
 
@@ -83,6 +90,16 @@ impl EmbedStats {
         self.model_calls += o.model_calls;
         self.tokenize_time += o.tokenize_time;
         self.model_time += o.model_time;
+        self.run_time += o.run_time;
+        self.sessions = self.sessions.max(o.sessions);
+    }
+
+    /// The share of `wall` each session had a model call in flight, on average over the sessions: near 1 when the
+    /// model sets the pace, low when it waits for the host (reading, tokenising, pooling, writing). `None` without
+    /// calls or time.
+    pub fn model_busy(&self, wall: Duration) -> Option<f64> {
+        (self.sessions > 0 && !wall.is_zero())
+            .then(|| self.run_time.as_secs_f64() / (self.sessions as f64 * wall.as_secs_f64()))
     }
 }
 
@@ -124,6 +141,21 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
         progress: &dyn Fn(u64, u64),
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Embedded>;
+    /// [`TextEmbedder::embed_with_progress`] with each text's tokens already made by
+    /// [`TextEmbedder::tokenize_texts`] under the same settings (`None` where the text is NULL), so that a text is
+    /// tokenised once on the write path. The tokens must be those of these texts: a NULL where a text is present, or
+    /// the reverse, is refused.
+    fn embed_tokenized(
+        &self,
+        texts: &[Option<&str>],
+        tokens: Vec<Option<Tokenized>>,
+        settings: &CallSettings,
+        progress: &dyn Fn(u64, u64),
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Embedded>;
+    /// Each text as the model will see it (after the prefix and truncation, special tokens included); `None` for
+    /// NULL. What the length ordering counts, and hands on to [`TextEmbedder::embed_tokenized`].
+    fn tokenize_texts(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<Option<Tokenized>>>;
 }
 
 /// Which graph output carries the result. fp16 outputs are converted to float32 before pooling.
@@ -133,6 +165,14 @@ enum Output {
     TokenStates(String),
     /// Pooled vectors `[batch, dim]`, produced by the graph itself.
     Sentence(String),
+}
+
+/// Nanoseconds one embedding call's batches spent: in the model with pooling (`model`), and in ONNX Runtime's runs
+/// alone (`run`), summed over the sessions.
+#[derive(Debug, Default)]
+struct Busy {
+    model: AtomicU64,
+    run: AtomicU64,
 }
 
 /// One ONNX Runtime session and the device it runs on. An embedder has one or more; they take batches
@@ -173,6 +213,8 @@ pub struct Embedder {
     /// Which session a call with a single batch goes to (round robin, so that small concurrent calls from
     /// several partitions spread over the sessions).
     next_worker: AtomicUsize,
+    /// Texts tokenised so far (a text is tokenised once on the write path; see [`Embedder::texts_tokenized`]).
+    tokenized: AtomicU64,
 }
 
 impl Embedder {
@@ -218,6 +260,7 @@ impl Embedder {
             output_f16,
             pooled_in_graph: pooled_in_graph && states_output,
             next_worker: AtomicUsize::new(0),
+            tokenized: AtomicU64::new(0),
         };
         embedder.check_probe()?;
         // The probe's call was the model's, not the caller's.
@@ -279,7 +322,7 @@ impl Embedder {
         batch: &Batch,
         settings: &CallSettings,
         stop: &(dyn Fn() -> bool + Sync),
-        busy: &AtomicU64,
+        busy: &Busy,
     ) -> Result<Vec<(usize, Vec<f32>)>> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,9 +333,11 @@ impl Embedder {
         // Model time counts from here: not the wait for a session another call holds.
         let started = Instant::now();
         let out = self.run_bound(&mut bound, tokens, batch, settings, rows, len);
-        busy.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        busy.model.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         worker.calls.fetch_add(out.is_ok() as u64, Ordering::Relaxed);
-        out
+        let (out, ran) = out?;
+        busy.run.fetch_add(ran.as_nanos() as u64, Ordering::Relaxed);
+        Ok(out)
     }
 
     /// [`Embedder::run_batch`] on the session it holds.
@@ -304,7 +349,7 @@ impl Embedder {
         settings: &CallSettings,
         rows: usize,
         len: usize,
-    ) -> Result<Vec<(usize, Vec<f32>)>> {
+    ) -> Result<(Vec<(usize, Vec<f32>)>, Duration)> {
         let BoundSession { session, feed } = bound;
         let ids =
             feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
@@ -390,7 +435,7 @@ impl Embedder {
         settings: &CallSettings,
         progress: &dyn Fn(&Batch),
         stop: &(dyn Fn() -> bool + Sync),
-        busy: &AtomicU64,
+        busy: &Busy,
     ) -> Result<Vec<Vec<f32>>> {
         let mut pooled = vec![Vec::new(); tokens.len()];
         let mut place = |rows: Vec<(usize, Vec<f32>)>| {
@@ -767,14 +812,26 @@ impl Embedder {
     /// Each text's token count as the model will see it, and the tokens truncation cuts from it (with
     /// truncation 'error', the excess); (0, 0) for NULL.
     pub fn token_counts(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<(usize, usize)>> {
-        let present: Vec<String> = texts.iter().flatten().map(|t| format!("{}{t}", settings.prefix)).collect();
-        let strs: Vec<&str> = present.iter().map(String::as_str).collect();
-        let mut counts = self
-            .tokenizer
-            .tokenize(&strs, settings.max_tokens, settings.truncation)?
-            .into_iter()
-            .map(|t| (t.ids.len(), t.dropped));
-        Ok(texts.iter().map(|t| if t.is_some() { counts.next().unwrap_or((0, 0)) } else { (0, 0) }).collect())
+        let tokens = self.tokenize_texts(texts, settings)?;
+        Ok(tokens.iter().map(|t| t.as_ref().map_or((0, 0), |t| (t.ids.len(), t.dropped))).collect())
+    }
+
+    /// How many texts this model has tokenised since it was loaded.
+    pub fn texts_tokenized(&self) -> u64 {
+        self.tokenized.load(Ordering::Relaxed)
+    }
+
+    /// The present texts with the call's prefix, tokenised and cut at its limit.
+    fn tokenize_present(&self, present: &[&str], settings: &CallSettings) -> Result<Vec<Tokenized>> {
+        self.tokenized.fetch_add(present.len() as u64, Ordering::Relaxed);
+        let prefixed: Vec<String>;
+        let strs: Vec<&str> = if settings.prefix.is_empty() {
+            present.to_vec()
+        } else {
+            prefixed = present.iter().map(|t| format!("{}{t}", settings.prefix)).collect();
+            prefixed.iter().map(String::as_str).collect()
+        };
+        self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)
     }
 }
 
@@ -790,6 +847,37 @@ impl TextEmbedder for Embedder {
     fn embed_with_progress(
         &self,
         texts: &[Option<&str>],
+        settings: &CallSettings,
+        progress: &dyn Fn(u64, u64),
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Embedded> {
+        self.embed_inner(texts, None, settings, progress, stop)
+    }
+
+    fn embed_tokenized(
+        &self,
+        texts: &[Option<&str>],
+        tokens: Vec<Option<Tokenized>>,
+        settings: &CallSettings,
+        progress: &dyn Fn(u64, u64),
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Embedded> {
+        self.embed_inner(texts, Some(tokens), settings, progress, stop)
+    }
+
+    fn tokenize_texts(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<Option<Tokenized>>> {
+        let present: Vec<&str> = texts.iter().flatten().copied().collect();
+        let mut tokens = self.tokenize_present(&present, settings)?.into_iter();
+        Ok(texts.iter().map(|t| t.and_then(|_| tokens.next())).collect())
+    }
+}
+
+impl Embedder {
+    /// [`TextEmbedder::embed_with_progress`], tokenising the texts unless their tokens are given.
+    fn embed_inner(
+        &self,
+        texts: &[Option<&str>],
+        given: Option<Vec<Option<Tokenized>>>,
         settings: &CallSettings,
         progress: &dyn Fn(u64, u64),
         stop: &(dyn Fn() -> bool + Sync),
@@ -820,9 +908,9 @@ impl TextEmbedder for Embedder {
                     .to_string(),
             ));
         }
-        let tokens = self.tokens_of(&present, settings, &mut stats)?;
+        let tokens = self.tokens_of(&present, given, settings, &mut stats)?;
 
-        let busy = AtomicU64::new(0);
+        let busy = Busy::default();
         let lengths: Vec<usize> = tokens.iter().map(|t| t.ids.len()).collect();
         let batches = match settings.order {
             Order::Length => plan_batches(&lengths, settings.batch_tokens, settings.max_batch_rows),
@@ -841,30 +929,45 @@ impl TextEmbedder for Embedder {
             &busy,
         )?;
         let (vectors, valid) = self.assemble(texts.len(), &present, pooled, settings);
-        stats.model_time = Duration::from_nanos(busy.load(Ordering::Relaxed));
+        stats.model_time = Duration::from_nanos(busy.model.load(Ordering::Relaxed));
+        stats.run_time = Duration::from_nanos(busy.run.load(Ordering::Relaxed));
+        stats.sessions = self.workers.len() as u64;
         Ok(Embedded { vectors, valid, stats })
     }
 }
 
 impl Embedder {
     /// The present texts (`(row, text)`) tokenized with the call's prefix, cut at its limit (refused past it
-    /// under truncation 'error', by row), counted into `stats`.
+    /// under truncation 'error', by row), counted into `stats`; with `given`, the tokens made for them before
+    /// (one per text, `None` for a NULL one).
     fn tokens_of(
         &self,
         present: &[(usize, &str)],
+        given: Option<Vec<Option<Tokenized>>>,
         settings: &CallSettings,
         stats: &mut EmbedStats,
     ) -> Result<Vec<Tokenized>> {
-        let started = Instant::now();
-        let prefixed: Vec<String>;
-        let strs: Vec<&str> = if settings.prefix.is_empty() {
-            present.iter().map(|(_, t)| *t).collect()
-        } else {
-            prefixed = present.iter().map(|(_, t)| format!("{}{t}", settings.prefix)).collect();
-            prefixed.iter().map(String::as_str).collect()
+        let tokens = match given {
+            Some(given) => {
+                let rows = present.last().map_or(0, |(row, _)| row + 1).max(given.len());
+                let mut is_present = vec![false; rows];
+                present.iter().for_each(|(row, _)| is_present[*row] = true);
+                if let Some(row) = (0..rows).find(|&r| given.get(r).is_some_and(Option::is_some) != is_present[r]) {
+                    return Err(Error::Tokenizer(format!(
+                        "the tokens handed to the model do not match its texts at row {row} (a text without tokens, \
+                         or tokens without a text); this is a defect of the pipeline, please report it"
+                    )));
+                }
+                given.into_iter().flatten().collect()
+            }
+            None => {
+                let started = Instant::now();
+                let strs: Vec<&str> = present.iter().map(|(_, t)| *t).collect();
+                let tokens = self.tokenize_present(&strs, settings)?;
+                stats.tokenize_time = started.elapsed();
+                tokens
+            }
         };
-        let tokens = self.tokenizer.tokenize(&strs, settings.max_tokens, settings.truncation)?;
-        stats.tokenize_time = started.elapsed();
         if settings.truncation == TruncationSide::Error
             && let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| t.dropped > 0)
         {

@@ -124,7 +124,7 @@ impl Feed {
     }
 
     /// Run `session` on `inputs` (by input name), computing only `output`, which comes back in host
-    /// memory, and hand the outputs to `read`. Inputs and output are unbound afterwards, whether the run
+    /// memory, and hand the outputs to `read`; with what it read, the time ONNX Runtime's run took. Inputs and output are unbound afterwards, whether the run
     /// worked or not: pinned blocks go back to the allocator, the binding keeps no copy of the output
     /// between calls, and the next call starts from an empty binding.
     pub fn run<R>(
@@ -133,14 +133,17 @@ impl Feed {
         inputs: &[(&str, &Tensor<i64>)],
         output: &str,
         read: impl FnOnce(&SessionOutputs<'_>) -> Result<R>,
-    ) -> Result<R> {
+    ) -> Result<(R, std::time::Duration)> {
         let binding = &mut self.binding;
         let bind_and_run = || {
             for (name, tensor) in inputs {
                 binding.bind_input(*name, *tensor)?;
             }
             binding.bind_output_to_device(output, &self.output_memory)?;
-            read(&session.run_binding(binding)?)
+            let started = std::time::Instant::now();
+            let outputs = session.run_binding(binding)?;
+            let ran = started.elapsed();
+            Ok((read(&outputs)?, ran))
         };
         let result = bind_and_run();
         self.binding.clear_inputs();

@@ -23,6 +23,7 @@ use datafusion::logical_expr::{
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint, interrupt};
 use crate::model::CallSettings;
+use crate::model::tokenize::Tokenized;
 use crate::model::{EmbedStats, TextEmbedder};
 use crate::options::EmbedOptions;
 
@@ -246,10 +247,17 @@ impl AsyncScalarUDFImpl for EmbedUdf {
         let texts = args.args[0].to_array(args.number_rows)?;
         let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
         let metrics = Arc::clone(&self.metrics);
-        let (vectors, stats) =
-            tokio::task::spawn_blocking(move || embed_array(&texts, ids.as_ref(), &options, &resolved, &metrics))
-                .await
-                .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
+        let given = GIVEN_TOKENS
+            .try_with(|given| given.lock().unwrap_or_else(|e| e.into_inner()).take())
+            .ok()
+            .flatten()
+            .filter(|g| g.tokens.len() == args.number_rows && g.fit(&resolved.settings))
+            .map(|g| g.tokens);
+        let (vectors, stats) = tokio::task::spawn_blocking(move || {
+            embed_array(&texts, ids.as_ref(), given, &options, &resolved, &metrics)
+        })
+        .await
+        .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
         let _ = CALL_STATS.try_with(|counted| counted.lock().unwrap_or_else(|e| e.into_inner()).add(&stats));
         Ok(ColumnarValue::Array(vectors))
     }
@@ -258,6 +266,34 @@ impl AsyncScalarUDFImpl for EmbedUdf {
 tokio::task_local! {
     /// Where the `embed` calls made inside [`counting_calls`] add their counters.
     static CALL_STATS: Arc<Mutex<EmbedStats>>;
+    /// The tokens of the rows of the `embed` call made inside [`with_tokens`].
+    static GIVEN_TOKENS: Mutex<Option<GivenTokens>>;
+}
+
+/// The tokens the ordering stage made for a chunk's texts (one per row, `None` for a NULL text), and the settings
+/// they were made under.
+#[derive(Debug)]
+pub struct GivenTokens {
+    pub tokens: Vec<Option<Tokenized>>,
+    pub prefix: String,
+    pub max_tokens: usize,
+    pub truncation: crate::model::TruncationSide,
+}
+
+impl GivenTokens {
+    /// Whether these tokens are what `settings` would make of the same texts.
+    fn fit(&self, settings: &CallSettings) -> bool {
+        self.prefix == settings.prefix
+            && self.max_tokens == settings.max_tokens
+            && self.truncation == settings.truncation
+    }
+}
+
+/// Run `fut`, in which the first `embed` call over `rows` rows uses `tokens` instead of tokenising its texts: how
+/// the write path ([`crate::exec::EmbedExec`]) hands the ordering stage's tokens on, so that each text is tokenised
+/// once. A call over another number of rows, or under other tokenising settings, tokenises as usual.
+pub async fn with_tokens<F: std::future::Future>(tokens: GivenTokens, fut: F) -> F::Output {
+    GIVEN_TOKENS.scope(Mutex::new(Some(tokens)), fut).await
 }
 
 /// Run `fut`, and return with its output the counters of the `embed` calls it made: how the write path
@@ -274,6 +310,7 @@ pub async fn counting_calls<F: std::future::Future>(fut: F) -> (F::Output, Embed
 fn embed_array(
     texts: &ArrayRef,
     ids: Option<&ArrayRef>,
+    given: Option<Vec<Option<Tokenized>>>,
     options: &EmbedOptions,
     resolved: &Resolved,
     metrics: &RunMetrics,
@@ -284,7 +321,11 @@ fn embed_array(
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
     let stop = interrupt::stop_requested;
     metrics.record_call_started();
-    let out = embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop).map_err(|e| match e {
+    let out = match given {
+        Some(tokens) => embedder.embed_tokenized(&values, tokens, &resolved.settings, &progress, &stop),
+        None => embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop),
+    };
+    let out = out.map_err(|e| match e {
         crate::Error::BlankText { row } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("the text of id {id}"),

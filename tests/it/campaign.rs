@@ -134,6 +134,13 @@ async fn run_record_counts_are_exact() {
         assert!(r[k].as_f64().unwrap() >= 0.0, "{k}");
     }
     assert!(r["wall_seconds"].as_f64().unwrap() >= r["model_seconds"].as_f64().unwrap());
+    // How busy the model was: ONNX Runtime's run alone, within the model time, over one CPU session's wall time.
+    let (run, model) = (r["model_run_seconds"].as_f64().unwrap(), r["model_seconds"].as_f64().unwrap());
+    assert!(run > 0.0 && run <= model, "model_run_seconds {run} within model_seconds {model}");
+    assert_eq!(r["model_sessions"].as_u64(), Some(1), "{r}");
+    let busy = r["model_busy"].as_f64().unwrap();
+    let expected = run / r["wall_seconds"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0 && (busy - expected).abs() < 1e-9, "model_busy {busy}, expected {expected}");
 }
 
 #[tokio::test]

@@ -54,6 +54,9 @@ pub(crate) fn snapshot_filters(dir: &Path) -> insta::Settings {
     settings.add_filter(r"\b\d+ (intra-op )?threads?\b", "[N] threads");
     settings.add_filter(r"on cpu: .* \(\[N\] threads\)", "on cpu: [CPU] ([N] threads)");
     settings.add_filter(r"\[(-?\d+\.\d+, )+… (\d+) values\]", "[[VALUES] … $2 values]");
+    // How busy the model was depends on the machine; whether the host set the pace too.
+    settings
+        .add_filter(r"model busy \d+% of the wall time \(([^)]*)\)(: .*)?", "model busy [SHARE] of the wall time ($1)");
     // Other tests' runs share this machine now and then: the lines that say so are not this run's output.
     settings.add_filter(r"(?m)^(note: other pipeline runs share|shared machine: ).*\n", "");
     settings

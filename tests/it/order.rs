@@ -130,6 +130,53 @@ async fn a_window_the_memory_limit_will_not_hold_is_passed_on_early_and_every_ro
     assert!(rises >= 2, "windows passed on early: {ks:?}");
 }
 
+#[tokio::test]
+async fn the_first_window_is_small_and_each_next_one_twice_the_last_up_to_the_option() {
+    let tmp = tempfile::tempdir().unwrap();
+    // At the default window (65,536 rows): 1,024 rows first, then 2,048, so the first model call waits for 1,024.
+    let s = cats_in_small_batches(tmp.path(), 3500, "").await;
+    let ordered = through_lance(&s, tmp.path(), "ramp", "SELECT id, k, embed(text) AS v FROM docs").await;
+    let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
+    assert_eq!(ks.len(), 3500);
+    let rises: Vec<usize> = (1..ks.len()).filter(|&i| ks[i - 1] < ks[i]).collect();
+    assert_eq!(rises, vec![1024, 3072], "windows of 1,024, 2,048 and the 428 rows left");
+    for window in [&ks[..1024], &ks[1024..3072], &ks[3072..]] {
+        assert!(window.windows(2).all(|w| w[0] >= w[1]), "not longest first within a window: {window:?}");
+    }
+    // A window option below the first window's size is the size of every window.
+    let s = cats_in_small_batches(tmp.path(), 300, "SET embed.order_window = 100;").await;
+    let ordered = through_lance(&s, tmp.path(), "small", "SELECT id, k, embed(text) AS v FROM docs").await;
+    let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
+    let rises: Vec<usize> = (1..ks.len()).filter(|&i| ks[i - 1] < ks[i]).collect();
+    assert_eq!(rises, vec![100, 200]);
+}
+
+#[tokio::test]
+async fn a_write_tokenises_each_text_once_and_its_vectors_are_those_of_embed_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A model of its own (a copy), so that no other test's texts count.
+    let model = tmp.path().join("model");
+    let status = Command::new("cp").arg("-r").arg(model_dir()).arg(&model).status().unwrap();
+    assert!(status.success());
+    let s = crate::common::session_on(&model);
+    sql(
+        &s,
+        &format!(
+            "SET datafusion.execution.target_partitions = 1; SET embed.prefix = 'query: '; {}",
+            cats(tmp.path(), 500)
+        ),
+    )
+    .await
+    .unwrap();
+    let embedder =
+        embedding_pipeline::EmbedOptions::default().with_model(model.display().to_string()).embedder().unwrap();
+    let before = embedder.texts_tokenized();
+    let ordered = through_lance(&s, tmp.path(), "once", "SELECT id, k, embed(text) AS v FROM docs").await;
+    assert_eq!(embedder.texts_tokenized() - before, 500, "the ordering stage's tokens reach embed()");
+    // The same vectors, bit for bit, as embed() tokenising by itself in the original order (with the prompt).
+    assert_same_vectors_as_the_original_order(&s, &ordered, 500).await;
+}
+
 #[test]
 fn order_memory_is_still_accepted_and_says_it_is_deprecated() {
     let tmp = tempfile::tempdir().unwrap();
