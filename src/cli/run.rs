@@ -167,9 +167,9 @@ impl Drop for Bar {
 /// Below this share of the wall time with a model call in flight, the summary says the host set the pace.
 const HOST_BOUND_BELOW: f64 = 0.7;
 
-/// How busy the model was over `wall` seconds, and whether the host set the pace; `None` without model calls.
-fn model_busy(e: &EmbedStats, wall: f64) -> Option<String> {
-    let busy = e.model_busy(std::time::Duration::from_secs_f64(wall.max(0.0)))?;
+/// Say how busy the model was over `wall` seconds, and whether the host set the pace; nothing without model calls.
+fn note_model_busy(e: &EmbedStats, wall: f64) {
+    let Some(busy) = e.model_busy(std::time::Duration::from_secs_f64(wall.max(0.0))) else { return };
     let sessions = match e.sessions {
         1 => "1 session".to_string(),
         n => format!("{n} sessions, on average"),
@@ -178,7 +178,7 @@ fn model_busy(e: &EmbedStats, wall: f64) -> Option<String> {
         true => ": the host (reading, tokenising, pooling, writing), not the model, set the pace",
         false => "",
     };
-    Some(format!("model busy {:.0}% of the wall time ({sessions}){limit}", busy * 100.0))
+    note!("model busy {:.0}% of the wall time ({sessions}){limit}", busy * 100.0);
 }
 
 /// The run's summary: rows written, tokens useful and processed, time, model and device.
@@ -242,9 +242,7 @@ fn print_summary(r: &RunReport) {
             write_seconds
         );
     }
-    if let Some(line) = model_busy(e, wall) {
-        note!("{line}");
-    }
+    note_model_busy(e, wall);
     match &r.model_note {
         Some(ModelNote::GpuDefault(dir)) => note!(
             "model: {} (the float16 default for GPUs, which scripts/setup --gpu exports: the int8 default has \
