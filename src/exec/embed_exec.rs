@@ -94,12 +94,7 @@ fn given_tokens(column: &ArrayRef, settings: &CallSettings) -> Result<GivenToken
                 .ok_or_else(|| exec_datafusion_err!("{TOKENS} holds no tokens at row {row}")),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(GivenTokens {
-        tokens,
-        prefix: settings.prefix.clone(),
-        max_tokens: settings.max_tokens,
-        truncation: settings.truncation,
-    })
+    Ok(GivenTokens { tokens, made_under: settings.clone() })
 }
 
 impl DisplayAs for EmbedExec {

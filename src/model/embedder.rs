@@ -140,15 +140,17 @@ pub trait TextEmbedder: Send + Sync + std::fmt::Debug {
         settings: &CallSettings,
         progress: &dyn Fn(u64, u64),
         stop: &(dyn Fn() -> bool + Sync),
-    ) -> Result<Embedded>;
-    /// [`TextEmbedder::embed_with_progress`] with each text's tokens already made by
+    ) -> Result<Embedded> {
+        self.embed_tokenized(texts, None, settings, progress, stop)
+    }
+    /// [`TextEmbedder::embed_with_progress`], with each text's tokens, when given, already made by
     /// [`TextEmbedder::tokenize_texts`] under the same settings (`None` where the text is NULL), so that a text is
-    /// tokenised once on the write path. The tokens must be those of these texts: a NULL where a text is present, or
-    /// the reverse, is refused.
+    /// tokenised once on the write path. Given tokens must be those of these texts: a NULL where a text is present,
+    /// or the reverse, is refused.
     fn embed_tokenized(
         &self,
         texts: &[Option<&str>],
-        tokens: Vec<Option<Tokenized>>,
+        tokens: Option<Vec<Option<Tokenized>>>,
         settings: &CallSettings,
         progress: &dyn Fn(u64, u64),
         stop: &(dyn Fn() -> bool + Sync),
@@ -844,37 +846,13 @@ impl TextEmbedder for Embedder {
         &self.device
     }
 
-    fn embed_with_progress(
-        &self,
-        texts: &[Option<&str>],
-        settings: &CallSettings,
-        progress: &dyn Fn(u64, u64),
-        stop: &(dyn Fn() -> bool + Sync),
-    ) -> Result<Embedded> {
-        self.embed_inner(texts, None, settings, progress, stop)
-    }
-
-    fn embed_tokenized(
-        &self,
-        texts: &[Option<&str>],
-        tokens: Vec<Option<Tokenized>>,
-        settings: &CallSettings,
-        progress: &dyn Fn(u64, u64),
-        stop: &(dyn Fn() -> bool + Sync),
-    ) -> Result<Embedded> {
-        self.embed_inner(texts, Some(tokens), settings, progress, stop)
-    }
-
     fn tokenize_texts(&self, texts: &[Option<&str>], settings: &CallSettings) -> Result<Vec<Option<Tokenized>>> {
         let present: Vec<&str> = texts.iter().flatten().copied().collect();
         let mut tokens = self.tokenize_present(&present, settings)?.into_iter();
         Ok(texts.iter().map(|t| t.and_then(|_| tokens.next())).collect())
     }
-}
 
-impl Embedder {
-    /// [`TextEmbedder::embed_with_progress`], tokenising the texts unless their tokens are given.
-    fn embed_inner(
+    fn embed_tokenized(
         &self,
         texts: &[Option<&str>],
         given: Option<Vec<Option<Tokenized>>>,

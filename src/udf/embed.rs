@@ -275,17 +275,16 @@ tokio::task_local! {
 #[derive(Debug)]
 pub struct GivenTokens {
     pub tokens: Vec<Option<Tokenized>>,
-    pub prefix: String,
-    pub max_tokens: usize,
-    pub truncation: crate::model::TruncationSide,
+    pub made_under: CallSettings,
 }
 
 impl GivenTokens {
     /// Whether these tokens are what `settings` would make of the same texts.
     fn fit(&self, settings: &CallSettings) -> bool {
-        self.prefix == settings.prefix
-            && self.max_tokens == settings.max_tokens
-            && self.truncation == settings.truncation
+        let made = &self.made_under;
+        made.prefix == settings.prefix
+            && made.max_tokens == settings.max_tokens
+            && made.truncation == settings.truncation
     }
 }
 
@@ -321,11 +320,7 @@ fn embed_array(
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
     let stop = interrupt::stop_requested;
     metrics.record_call_started();
-    let out = match given {
-        Some(tokens) => embedder.embed_tokenized(&values, tokens, &resolved.settings, &progress, &stop),
-        None => embedder.embed_with_progress(&values, &resolved.settings, &progress, &stop),
-    };
-    let out = out.map_err(|e| match e {
+    let out = embedder.embed_tokenized(&values, given, &resolved.settings, &progress, &stop).map_err(|e| match e {
         crate::Error::BlankText { row } => {
             let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()) {
                 Some(id) => format!("the text of id {id}"),
