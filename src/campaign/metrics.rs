@@ -26,6 +26,67 @@ pub struct WriteReport {
     pub record: RunRecord,
 }
 
+/// Below this share of the wall time with a model call in flight, the host (reading, tokenising, pooling,
+/// writing), not the model, set the pace.
+pub const HOST_BOUND_BELOW: f64 = 0.7;
+
+/// How busy the model was, and on a GPU how many cores would have kept it busy.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostShare {
+    /// The share of the wall time each session had a model call in flight, on average over the sessions.
+    pub model_busy: f64,
+    /// The model sessions the share is averaged over.
+    pub sessions: u64,
+    /// The cores this process could use.
+    pub cores: usize,
+    /// On a GPU whose model waited for the host (busy below [`HOST_BOUND_BELOW`]): the cores at which the host
+    /// would keep up, `cores / model_busy`, as the host's work (tokenising above all, text by text) spreads over
+    /// cores about evenly. `None` on the CPU, where the model itself runs on the cores, and when the model set
+    /// the pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_to_keep_busy: Option<usize>,
+}
+
+impl HostShare {
+    /// From `stats` over `wall`, on `cores` cores, the model on a GPU or not; `None` without model calls.
+    pub fn new(stats: &EmbedStats, wall: Duration, cores: usize, on_gpu: bool) -> Option<Self> {
+        let model_busy = stats.model_busy(wall)?.min(1.0);
+        let cores_to_keep_busy = (on_gpu && model_busy > 0.0 && model_busy < HOST_BOUND_BELOW)
+            .then(|| (cores as f64 / model_busy).ceil() as usize);
+        Some(Self { model_busy, sessions: stats.sessions, cores, cores_to_keep_busy })
+    }
+
+    /// Whether the host, not the model, set the pace.
+    pub fn host_bound(&self) -> bool {
+        self.model_busy < HOST_BOUND_BELOW
+    }
+
+    /// One line: `model busy 38% of the wall time (1 session): the host …; on 16 cores, about 43 would keep the GPU
+    /// busy`.
+    pub fn describe(&self) -> String {
+        let sessions = match self.sessions {
+            1 => "1 session".to_string(),
+            n => format!("{n} sessions, on average"),
+        };
+        let mut line = format!("model busy {:.0}% of the wall time ({sessions})", self.model_busy * 100.0);
+        if self.host_bound() {
+            line.push_str(": the host (reading, tokenising, pooling, writing), not the model, set the pace");
+        }
+        if let Some(n) = self.cores_to_keep_busy {
+            line.push_str(&format!(
+                "; on {} cores, about {n} would keep the GPU busy (the host's work spreads over cores text by text)",
+                self.cores
+            ));
+        }
+        line
+    }
+}
+
+/// The cores this process may run on (its affinity and cgroup limits), at least 1.
+pub fn usable_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Counters shared by the `embed` function and the Lance sinks of one session.
 #[derive(Debug, Default)]
 pub struct RunMetrics {
@@ -316,6 +377,36 @@ mod tests {
         assert_eq!(batch_bytes(&view.slice(1, 1)), 16, "a slice counts only its own rows");
         let compact = compact_views(view.slice(1, 1)).unwrap();
         assert!(compact.get_array_memory_size() < 200, "the 1000-byte text is no longer held");
+    }
+
+    #[test]
+    fn the_cores_to_keep_a_waiting_gpu_busy_scale_with_its_idle_share() {
+        let busy = |run_secs: u64, sessions: u64| EmbedStats {
+            run_time: Duration::from_secs(run_secs),
+            sessions,
+            ..EmbedStats::default()
+        };
+        let wall = Duration::from_secs(100);
+        let waiting = HostShare::new(&busy(38, 1), wall, 16, true).unwrap();
+        assert!(waiting.host_bound());
+        assert_eq!(waiting.cores_to_keep_busy, Some(43), "16 / 0.38, rounded up");
+        let line = waiting.describe();
+        assert!(line.starts_with("model busy 38% of the wall time (1 session): the host"), "{line}");
+        assert!(
+            line.ends_with(
+                "on 16 cores, about 43 would keep the GPU busy (the host's work spreads over cores text by text)"
+            ),
+            "{line}"
+        );
+        // Two sessions each busy 90 of 100 s: the model set the pace, no advice.
+        let fed = HostShare::new(&busy(180, 2), wall, 16, true).unwrap();
+        assert!((fed.model_busy - 0.9).abs() < 1e-9 && !fed.host_bound() && fed.cores_to_keep_busy.is_none());
+        assert_eq!(fed.describe(), "model busy 90% of the wall time (2 sessions, on average)");
+        // On the CPU the model runs on the cores: the share is said, no core count.
+        let cpu = HostShare::new(&busy(10, 1), wall, 2, false).unwrap();
+        assert!(cpu.host_bound() && cpu.cores_to_keep_busy.is_none());
+        assert!(!cpu.describe().contains("cores"));
+        assert_eq!(HostShare::new(&EmbedStats::default(), wall, 2, true), None, "no calls, nothing to say");
     }
 
     #[test]

@@ -10,6 +10,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::display::{ResultStyle, ResultWriter};
 use super::job_input::JobStatement;
+use crate::campaign::DeviceInfo;
+use crate::campaign::metrics::{HostShare, usable_cores};
 use crate::model::EmbedStats;
 use crate::ops::run::{ModelNote, RunReport, WriteProgress};
 use crate::ops::{Reporter, RunSettings};
@@ -164,21 +166,14 @@ impl Drop for Bar {
     }
 }
 
-/// Below this share of the wall time with a model call in flight, the summary says the host set the pace.
-const HOST_BOUND_BELOW: f64 = 0.7;
-
-/// Say how busy the model was over `wall` seconds, and whether the host set the pace; nothing without model calls.
-fn note_model_busy(e: &EmbedStats, wall: f64) {
-    let Some(busy) = e.model_busy(std::time::Duration::from_secs_f64(wall.max(0.0))) else { return };
-    let sessions = match e.sessions {
-        1 => "1 session".to_string(),
-        n => format!("{n} sessions, on average"),
-    };
-    let limit = match busy < HOST_BOUND_BELOW {
-        true => ": the host (reading, tokenising, pooling, writing), not the model, set the pace",
-        false => "",
-    };
-    note!("model busy {:.0}% of the wall time ({sessions}){limit}", busy * 100.0);
+/// Say how busy the model was over `wall` seconds, whether the host set the pace and, on a GPU, how many cores would
+/// keep it busy; nothing without model calls.
+fn note_model_busy(e: &EmbedStats, wall: f64, device: Option<&DeviceInfo>) {
+    let on_gpu = device.is_some_and(|d| d.cuda.is_some());
+    let wall = std::time::Duration::from_secs_f64(wall.max(0.0));
+    if let Some(share) = HostShare::new(e, wall, usable_cores(), on_gpu) {
+        note!("{}", share.describe());
+    }
 }
 
 /// The run's summary: rows written, tokens useful and processed, time, model and device.
@@ -242,7 +237,7 @@ fn print_summary(r: &RunReport) {
             write_seconds
         );
     }
-    note_model_busy(e, wall);
+    note_model_busy(e, wall, r.device.as_ref());
     match &r.model_note {
         Some(ModelNote::GpuDefault(dir)) => note!(
             "model: {} (the float16 default for GPUs, which scripts/setup --gpu exports: the int8 default has \

@@ -22,6 +22,19 @@ pub async fn trial_file(args: &TrialArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How busy the model was during the sample, and what that means for the prediction.
+fn print_host(r: &TrialReport) {
+    let Some(h) = &r.host else { return };
+    println!("  while the sample was embedded: {}", h.describe());
+    if h.cores_to_keep_busy.is_some() {
+        println!(
+            "  the prediction holds for this machine's {} cores: one with more would run faster, up to the model's \
+             own rate",
+            h.cores
+        );
+    }
+}
+
 fn print_report(r: &TrialReport, save: &Path) {
     println!("trial of {} on {}", r.job, r.device);
     let s = &r.settings;
@@ -75,6 +88,7 @@ fn print_report(r: &TrialReport, save: &Path) {
          stratum's rate, not the machine's drift",
         p.model_load_seconds, p.startup_seconds, p.finish_seconds
     );
+    print_host(r);
     if let Some(t) = r.plan_seconds {
         println!("  a run without a plan also counts the corpus first: planning took {t:.1} s here");
     }

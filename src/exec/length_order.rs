@@ -464,6 +464,10 @@ impl Job {
 /// Read `input` into windows of [`FIRST_WINDOW_ROWS`] rows, then twice as many each time up to `window` rows (or
 /// fewer, when they reach [`WINDOW_BYTES`] or the memory pool refuses more; a window's first batch is always
 /// taken), each ordered longest first (ties keep input order) and sent to `out` with the memory it holds.
+///
+/// A window is filled only while `out` has room for it (a permit taken before its rows are read): with the
+/// channel's one slot, at most two windows are alive, the one being embedded and the next, whatever the corpus's
+/// size.
 async fn fill_windows(
     mut input: SendableRecordBatchStream,
     window: usize,
@@ -473,30 +477,31 @@ async fn fill_windows(
     let mut size = FIRST_WINDOW_ROWS.min(window).max(1);
     let mut held: Vec<RecordBatch> = Vec::new();
     let (mut rows, mut bytes) = (0, 0);
-    // Orders what is held and sends it on; false when nobody takes windows any more.
-    async fn send(
-        held: Vec<RecordBatch>,
-        reservation: &mut MemoryReservation,
-        out: &tokio::sync::mpsc::Sender<Result<Window>>,
-    ) -> bool {
-        let Some(first) = held.first() else { return true };
-        let sorted = concat_batches(&first.schema(), &held).map_err(Into::into).and_then(|all| order(&all));
-        out.send(sorted.map(|s| (s, reservation.take()))).await.is_ok()
-    }
-    while let Some(batch) = input.next().await {
+    let mut slot = None;
+    loop {
+        // Room for the window these rows go into, before reading them.
+        if slot.is_none() {
+            let Ok(permit) = out.reserve().await else { return };
+            slot = Some(permit);
+        }
+        let Some(batch) = input.next().await else { break };
         let batch = match batch {
             Ok(b) if b.num_rows() == 0 => continue,
             Ok(b) => b,
             Err(e) => {
-                let _ = out.send(Err(e)).await;
+                if let Some(permit) = slot.take() {
+                    permit.send(Err(e));
+                }
                 return;
             }
         };
         let batch_size = batch_bytes(&batch);
         if rows > 0 && (bytes + batch_size > WINDOW_BYTES || reservation.try_grow(batch_size).is_err()) {
-            if !send(std::mem::take(&mut held), &mut reservation, &out).await {
-                return;
+            if let Some(permit) = slot.take() {
+                permit.send(ordered(std::mem::take(&mut held), &mut reservation));
             }
+            let Ok(permit) = out.reserve().await else { return };
+            slot = Some(permit);
             (rows, bytes) = (0, 0);
             size = (size * 2).min(window);
         }
@@ -509,10 +514,13 @@ async fn fill_windows(
             let all = match concat_batches(&held[0].schema(), &held) {
                 Ok(all) => all,
                 Err(e) => {
-                    let _ = out.send(Err(e.into())).await;
+                    if let Some(permit) = slot.take() {
+                        permit.send(Err(e.into()));
+                    }
                     return;
                 }
             };
+            held.clear();
             let rest = all.slice(size, rows - size);
             let rest_bytes = batch_bytes(&rest);
             // The memory held travels with the window; the rows left over are counted here again until the window
@@ -520,15 +528,29 @@ async fn fill_windows(
             let taken = reservation.take();
             reservation.grow(rest_bytes);
             let sorted = order(&all.slice(0, size));
-            if out.send(sorted.map(|s| (s, taken))).await.is_err() {
-                return;
-            }
+            drop(all);
+            let Some(permit) = slot.take() else { return };
+            permit.send(sorted.map(|s| (s, taken)));
             (rows, bytes) = (rest.num_rows(), rest_bytes);
             held = vec![rest];
             size = (size * 2).min(window);
+            let Ok(permit) = out.reserve().await else { return };
+            slot = Some(permit);
         }
     }
-    send(held, &mut reservation, &out).await;
+    if let Some(permit) = slot.take()
+        && !held.is_empty()
+    {
+        permit.send(ordered(held, &mut reservation));
+    }
+}
+
+/// The rows `held`, ordered, with the memory they hold; nothing is kept of `held` itself.
+fn ordered(held: Vec<RecordBatch>, reservation: &mut MemoryReservation) -> Result<Window> {
+    let Some(first) = held.first() else { return Err(exec_datafusion_err!("an empty window")) };
+    let all = concat_batches(&first.schema(), &held);
+    drop(held);
+    all.map_err(Into::into).and_then(|all| order(&all)).map(|s| (s, reservation.take()))
 }
 
 /// A window's rows ordered longest first, ties in input order.

@@ -27,12 +27,13 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, UnitSize, counting_input, current_plan, load_job, make_plan, plan_dir};
 use super::probe::{ProbeReport, SAME_SPEED, probe, read_longest};
+use crate::campaign::metrics::{HostShare, usable_cores};
 use crate::campaign::plan::{Histogram, PLAN_FILE, Plan, PlanInUse, Totals, UNIT_COLUMN, Unit, WORK_LIST_FILE};
 use crate::campaign::trial::Prediction;
 use crate::campaign::trial::{
     STRATA, StratumRate, extrapolate, intervals, picked, predict, step_for, strata, stratum_step,
 };
-use crate::campaign::{DeviceInfo, FINGERPRINT_KEY, Fingerprint};
+use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint};
 use crate::error::{Error, Result};
 use crate::exec::length_order::TOKEN_COUNT;
 use crate::lance::compare::Thresholds;
@@ -121,6 +122,11 @@ pub struct TrialReport {
     pub strata: Vec<StratumRate>,
     /// The full campaign, from its plan, on this device with these settings.
     pub prediction: Prediction,
+    /// How busy the model was while the sample was embedded (from its first call to the write's end), and on a
+    /// GPU that waited for the host, how many cores would have kept it busy. Absent in reports from before it was
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostShare>,
     /// The sample's vectors (a Lance dataset).
     pub vectors: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +318,7 @@ async fn trial(
         warm_up: WarmUp { texts: WARM_UP_TEXTS.min(counts.len()) as u64, useful_tokens_per_second: warm },
         strata: rates,
         prediction,
+        host: timed.host.clone(),
         vectors: uri,
         comparison,
     })
@@ -493,6 +500,7 @@ struct Timed {
     points: Vec<(f64, u64)>,
     last: Instant,
     ended: Instant,
+    host: Option<HostShare>,
 }
 
 /// Write the sample of the work list in `sample_dir` into `vectors` through the run's own write path (the
@@ -521,6 +529,7 @@ async fn write_timed(
     let uri = dataset_uri(vectors);
     session.metrics().use_plan(&uri, Arc::new(PlanInUse::load(sample_dir).map_err(Error::Refused)?));
     session.metrics().keep_timeline();
+    let before = session.metrics().embed_stats();
     let started = Instant::now();
     let written = async {
         let mut stream = ctx.execute_logical_plan(LogicalPlan::Copy(copy)).await?.execute_stream().await?;
@@ -537,7 +546,21 @@ async fn write_timed(
     let first_call = session.metrics().first_call().unwrap_or(started);
     let last = timeline.last().map_or(ended, |(t, _)| *t);
     let points = timeline.iter().map(|(t, tokens)| (t.duration_since(first_call).as_secs_f64(), *tokens)).collect();
-    Ok(Timed { started, first_call, points, last, ended })
+    let host = sample_host_share(session, &before, ended.duration_since(first_call));
+    Ok(Timed { started, first_call, points, last, ended, host })
+}
+
+/// How busy the model was over `wall` (the sample's embedding), from the session's counters before the sample
+/// and now.
+fn sample_host_share(session: &EmbedSession, before: &EmbedStats, wall: std::time::Duration) -> Option<HostShare> {
+    let now = session.metrics().embed_stats();
+    let sample = EmbedStats {
+        run_time: now.run_time.saturating_sub(before.run_time),
+        sessions: now.sessions,
+        ..EmbedStats::default()
+    };
+    let on_gpu = session.metrics().device().is_some_and(|d| d.cuda.is_some());
+    HostShare::new(&sample, wall, usable_cores(), on_gpu)
 }
 
 /// The token count of every row of the work list in `dir`, in its order (longest first), and the texts

@@ -69,6 +69,12 @@ fn a_trial_predicts_from_a_stratified_sample_and_cost_prices_two_trials() {
     assert!((p.seconds - parts).abs() < 1e-6, "{p:?}");
     assert!(p.model_load_seconds > 0.0);
 
+    // How busy the model was while the sample was embedded; on the CPU no core count (the model runs on them).
+    let h = a.host.as_ref().expect("the trial says how busy the model was");
+    assert!(h.model_busy > 0.0 && h.model_busy <= 1.0 && h.sessions >= 1 && h.cores >= 1, "{h:?}");
+    assert_eq!(h.cores_to_keep_busy, None, "{h:?}");
+    assert!(out.contains(&format!("while the sample was embedded: model busy {:.0}%", h.model_busy * 100.0)), "{out}");
+
     // A smaller trial, compared with the first's vectors: all its rows are among the first's, cosine 1.
     let o = pipeline(
         &["trial", "job.sql", "--sample", "100", "--save", "t/b.json", "--name", "cpu-b", "--reference", "t/a.lance"],
