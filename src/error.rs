@@ -73,12 +73,15 @@ pub enum Error {
     #[error("unknown option embed.{key}: {message}")]
     UnknownOption { key: String, message: String },
 
-    /// A write stopped on request (ctrl-C, SIGTERM) after committing the rows it had finished.
+    /// A write stopped on request (ctrl-C, SIGTERM) after committing the rows it had finished. `restarted`: the
+    /// write replaced the output's rows (`--restart`, `embed.restart`), so running it the same way again would
+    /// replace the rows just committed.
     #[error(
-        "interrupted: {rows} rows committed to {uri}{}; run the same job again to resume where it stopped",
-        version.map(|v| format!(" (now at version {v})")).unwrap_or_default()
+        "interrupted: {rows} rows committed to {uri}{}; {}",
+        version.map(|v| format!(" (now at version {v})")).unwrap_or_default(),
+        resume_advice(*restarted, *rows)
     )]
-    Interrupted { uri: String, rows: u64, version: Option<u64> },
+    Interrupted { uri: String, rows: u64, version: Option<u64>, restarted: bool },
 
     /// A model call was not started because a stop was asked for (ctrl-C, SIGTERM).
     #[error("stopped before the next model call, as asked")]
@@ -187,6 +190,20 @@ pub enum Error {
     /// A JSON document could not be written or read.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+}
+
+/// What to run after an interrupted write: the same job, unless the write replaced the output's rows and committed
+/// some, when only the job without `--restart` resumes them (with it, they would be replaced again).
+fn resume_advice(restarted: bool, rows: u64) -> &'static str {
+    match (restarted, rows) {
+        (false, _) => "run the same job again to resume where it stopped",
+        (true, 0) => "nothing was replaced, the output's rows are as they were; run the same command again to restart",
+        (true, _) => {
+            "this run replaced the output's rows (--restart or SET embed.restart = true): to resume it, run the job \
+             again without --restart and without SET embed.restart = true (with either, the rows just committed \
+             would be replaced again)"
+        }
+    }
 }
 
 /// A model directory as every message names it: its absolute path (a relative `embed.model` resolves against

@@ -1069,7 +1069,11 @@ pub(crate) enum StopSays {
     NothingToCommit,
 }
 
-/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second: exit at once. A SIGTERM
+/// A second signal this soon after the first is the same stop delivered twice.
+const SAME_STOP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second, a second or more after the first:
+/// exit at once. A SIGTERM
 /// at `pipeline sql`'s prompt, where nothing runs, exits at once.
 ///
 /// The signals are watched on a thread of their own, so that a second one is answered even while the
@@ -1083,6 +1087,9 @@ pub(crate) fn stop_on_signals(says: StopSays) {
             use tokio::signal::unix::{SignalKind, signal};
             let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
             let _ = ready.send(());
+            // When the stop now asked for was first asked: a second signal within SAME_STOP of it is the same stop
+            // delivered twice (`timeout -s INT` signals the process and its group), not a second ctrl-C.
+            let mut asked: Option<std::time::Instant> = None;
             // NOTE: a `for` over an endless range, not `loop`, so that the block's `Ok(())` still types it.
             for _ in 0u64.. {
                 let terminated = tokio::select! {
@@ -1107,6 +1114,9 @@ pub(crate) fn stop_on_signals(says: StopSays) {
                         StopSays::NothingToCommit => eprintln!("stopping (press ctrl-C again to exit at once)"),
                     }
                     crate::campaign::interrupt::request_stop();
+                    asked = Some(std::time::Instant::now());
+                } else if asked.is_some_and(|t| t.elapsed() < SAME_STOP) {
+                    continue;
                 } else {
                     match says {
                         StopSays::Committing => eprintln!(

@@ -287,6 +287,7 @@ impl DataSink for LanceSink {
                         uri: self.uri.clone(),
                         rows: writer.rows,
                         version: writer.version,
+                        restarted: options.restart,
                     }
                     .into());
                 }

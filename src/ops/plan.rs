@@ -479,12 +479,17 @@ pub async fn snapshot_sources(input: &LogicalPlan) -> Result<Vec<SourceSnapshot>
         } else if let Some(listing) = provider.as_ref().downcast_ref::<ListingTable>() {
             snapshot.file_extension = listing.options().file_extension.clone();
             for url in listing.table_paths() {
-                let Some(path) = url.as_str().strip_prefix("file://") else {
+                // The URL's path is percent-encoded (`my%20corpus`): the file system's is not.
+                let local = match url.scheme() {
+                    "file" => url.get_url().to_file_path().ok(),
+                    _ => None,
+                };
+                let Some(path) = local else {
                     snapshot.unchecked = Some(format!("{url} is not on this machine's disk"));
                     continue;
                 };
-                snapshot.locations.push(path.to_string());
-                snapshot.files.extend(files_of(Path::new(path), &snapshot.file_extension)?);
+                snapshot.locations.push(path.display().to_string());
+                snapshot.files.extend(files_of(&path, &snapshot.file_extension)?);
             }
         } else {
             snapshot.unchecked = Some("not a file or Lance table".into());

@@ -243,3 +243,33 @@ fn killed_runs_from_a_plan_resume_to_every_id_exactly_once() {
     let units = records[0]["units"].as_u64().unwrap();
     assert_eq!(done.last(), Some(&units), "{done:?}");
 }
+
+/// A corpus whose folder and file names hold spaces: planned, checked and run from the plan like any other (the
+/// table's URL is percent-encoded, `my%20corpus`; the file system's path is not).
+#[test]
+fn a_corpus_path_with_spaces_is_planned_and_run_from_its_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let rows: Vec<(String, Option<String>)> =
+        (0..20).map(|i| (format!("r{i:02}"), Some(format!("text number {i} of a spaced corpus")))).collect();
+    let rows: Vec<(&str, Option<&str>)> = rows.iter().map(|(i, t)| (i.as_str(), t.as_deref())).collect();
+    std::fs::create_dir_all(d.join("my corpus")).unwrap();
+    write_jsonl(&d.join("my corpus/fort une.jsonl"), &rows);
+    let sql = format!(
+        "SET embed.model = '{}';\n\
+         CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'my corpus/fort une.jsonl';\n\
+         COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(d.join("job.sql"), sql).unwrap();
+    let o = pipeline(&["plan", "job.sql", "--json"], d);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let plan = &serde_json::from_str::<Value>(&stdout).unwrap()[0];
+    assert_eq!(plan["totals"]["documents"].as_u64(), Some(20), "{plan}");
+    let o = pipeline(&["run", "job.sql"], d);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("executing the plan") && stdout.contains("the sources are as planned"), "{stdout}");
+    assert_eq!(inspect(d, "out/docs.lance")["rows"].as_u64(), Some(20));
+}
