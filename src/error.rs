@@ -338,11 +338,17 @@ pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// DataFusion's names for the kind of an error, which say nothing a user can act on.
+const DATAFUSION_KINDS: [&str; 4] = ["External error: ", "Execution error: ", "Error during planning: ", "Schema error: "];
+
 /// A library's error text as a user should read it: without the source locations Lance appends
-/// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's `External error: ` wrapper, or its advice to
-/// report a bug in DataFusion for what is a location this version cannot read.
+/// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's kind prefixes (`External error: `, `Execution error: `…),
+/// or its advice to report a bug in DataFusion for what is a location this version cannot read.
 pub fn plain(text: &str) -> String {
-    let mut out = text.replace("External error: ", "");
+    let mut out = text.to_string();
+    for kind in DATAFUSION_KINDS {
+        out = out.replace(kind, "");
+    }
     if let Some(at) = out.find("No suitable object store found for ") {
         let rest = &out[at + "No suitable object store found for ".len()..];
         let url = rest.split(|c: char| c.is_whitespace()).next().unwrap_or_default().trim_end_matches('.');
@@ -459,6 +465,9 @@ mod tests {
                    onnxruntime::logging::Logger&) Missing opset in the model.";
         assert_eq!(plain(raw), "cannot load: Load model from /m/onnx/model.onnx failed: Missing opset in the model.");
         assert_eq!(plain("a text without one"), "a text without one");
+        // DataFusion's kind prefixes go, wherever a cause sits in the text.
+        let df = "job.sql: statement 4 failed: Execution error: refusing to append; Error during planning: No files";
+        assert_eq!(plain(df), "job.sql: statement 4 failed: refusing to append; No files");
         // A CUDA call's error: the raising function's signature and template, and the file and line fields.
         let cuda = "/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_call.cc:129 std::conditional_t<THRW, void, \
                     onnxruntime::common::Status> onnxruntime::CudaCall(ERRTYPE, const char*, const char*, SUCCTYPE, \

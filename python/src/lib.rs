@@ -679,9 +679,7 @@ fn verify(
     }
     args.model = model;
     args.device = device;
-    if let Some(id_column) = id_column {
-        args.id_column = id_column;
-    }
+    args.id_column = id_column;
     if let Some(column) = column {
         args.column = column;
     }

@@ -7,7 +7,7 @@ use crate::lance::compare::Thresholds;
 pub async fn compare(
     a: &str,
     b: &str,
-    id_column: &str,
+    id_column: Option<&str>,
     column: &str,
     thresholds: Thresholds,
     json: bool,

@@ -3,7 +3,7 @@
 use crate::lance::inspect::inspect as report;
 
 /// Print the dataset report, or a plan directory's summary.
-pub async fn inspect(dataset: &str, id_column: &str, json: bool) -> anyhow::Result<()> {
+pub async fn inspect(dataset: &str, id_column: Option<&str>, json: bool) -> anyhow::Result<()> {
     let plan_file = std::path::Path::new(dataset).join(crate::campaign::plan::PLAN_FILE);
     if plan_file.is_file() {
         return super::plan::inspect_plan(std::path::Path::new(dataset), json).await;

@@ -117,9 +117,9 @@ impl JobVars {
 /// A dataset's id and vector columns (`verify`, `evaluate`, `compare`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Columns {
-    /// The id column.
-    #[arg(long, default_value = "id")]
-    id_column: String,
+    /// The id column (default: the one the dataset was written with, else `id`).
+    #[arg(long)]
+    id_column: Option<String>,
     /// The vector column.
     #[arg(long, default_value = "embedding")]
     column: String,
@@ -472,9 +472,9 @@ pub enum Command {
         /// Print the stable JSON form (see the README).
         #[arg(long)]
         json: bool,
-        /// The id column.
-        #[arg(long, default_value = "id")]
-        id_column: String,
+        /// The id column (default: the one the dataset was written with, else `id`).
+        #[arg(long)]
+        id_column: Option<String>,
     },
     /// How a dataset version's vectors were made: training data, checkpoint, ONNX export (from the model's
     /// lineage.json, written by scripts/export-onnx), model directory, vectors and plan, with each hash.
@@ -857,7 +857,7 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
             maintain::index(&dataset, &column, kind, metric, partitions.map(|p| p as usize), json).await
         }
         Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
-        Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, &id_column, json).await,
+        Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, id_column.as_deref(), json).await,
         Command::Lineage { dataset, verify, json } => lineage::lineage(&dataset, json, verify).await,
         Command::Report { dataset, output, trials, prices } => {
             report::report_command(&dataset, &output, &trials, prices.as_deref()).await
@@ -874,7 +874,7 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
         } => {
             let thresholds =
                 crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
-            compare::compare(&a, &b, &id_column, &column, thresholds, json).await
+            compare::compare(&a, &b, id_column.as_deref(), &column, thresholds, json).await
         }
         _ => unreachable!("main hands only the dataset commands here"),
     }

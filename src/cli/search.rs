@@ -39,9 +39,9 @@ pub struct SearchArgs {
     /// joined to the hits by id, to show their text.
     #[arg(long, value_name = "SOURCE")]
     pub join: Option<String>,
-    /// The id column the join matches on.
-    #[arg(long = "id", value_name = "COLUMN", default_value = "id")]
-    pub id_column: String,
+    /// The id column the join matches on (default: the one the dataset was written with, else `id`).
+    #[arg(long = "id", value_name = "COLUMN")]
+    pub id_column: Option<String>,
     /// Search every vector, without the dataset's vector index (pipeline index), which is otherwise used
     /// when the metric matches its own.
     #[arg(long)]
@@ -79,7 +79,7 @@ impl SearchArgs {
 pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
     let mut batch = nearest(&args.request()).await?;
     if let Some(source) = &args.join {
-        batch = crate::ops::search::join_source(batch, source, &args.id_column).await?;
+        batch = crate::ops::search::join_source(batch, source, &args.dataset, args.id_column.as_deref()).await?;
     }
     if args.json {
         // Every column on every row: a hit the --join source lacks shows its columns as null, not missing.

@@ -76,11 +76,12 @@ pub struct CompareReport {
     pub passed: bool,
 }
 
-/// Compare `a` and `b` (each `path`, `path@version` or `path@tag`) on `vector_column` by `id_column`.
+/// Compare `a` and `b` (each `path`, `path@version` or `path@tag`) on `vector_column` by `id_column` (default: the
+/// one `a` was written with).
 pub async fn compare(
     a: &str,
     b: &str,
-    id_column: &str,
+    id_column: Option<&str>,
     vector_column: &str,
     thresholds: Thresholds,
 ) -> Result<CompareReport> {
@@ -90,9 +91,12 @@ pub async fn compare(
     let config = datafusion::prelude::SessionConfig::new().set_bool("datafusion.optimizer.join_reordering", false);
     let ctx = SessionContext::new_with_config(config);
     let mut fingerprints = Vec::new();
+    // Unless given: the id column `a` was written with.
+    let mut id_column = id_column.map(str::to_string);
     for (name, location) in [("a", a), ("b", b)] {
         let ds = open_dataset(location).await?;
-        for col in [id_column, vector_column] {
+        let id_column = id_column.get_or_insert_with(|| super::records::id_column_of(&ds, None)).clone();
+        for col in [id_column.as_str(), vector_column] {
             if ds.schema().field(col).is_none() {
                 return Err(Error::lance(location, format!("has no column `{col}`")));
             }
@@ -101,7 +105,7 @@ pub async fn compare(
         ctx.register_table(name, Arc::new(LanceTableProvider::new(Arc::new(ds), false, false)))
             .map_err(|e| Error::lance_from(location, e))?;
     }
-    let (id, v) = (super::quote_ident(id_column), super::quote_ident(vector_column));
+    let (id, v) = (super::quote_ident(&id_column.unwrap_or_default()), super::quote_ident(vector_column));
     let err = |e: datafusion::error::DataFusionError| Error::lance_from(format!("{a} vs {b}"), e);
     let ids_of = |sql: String| {
         let ctx = ctx.clone();

@@ -114,9 +114,10 @@ pub struct VersionReport {
     pub maintenance: Option<MaintenanceRecord>,
 }
 
-/// Inspect the dataset at `uri`; `id_column` names the ids to check.
-pub async fn inspect(uri: &str, id_column: &str) -> Result<DatasetReport> {
+/// Inspect the dataset at `uri`; `id_column` names the ids to check (default: the column it was written with).
+pub async fn inspect(uri: &str, id_column: Option<&str>) -> Result<DatasetReport> {
     let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
+    let id_column = &super::records::id_column_of(&ds, id_column);
     let fingerprint = fingerprint_of_dataset(&ds).map_err(|e| Error::lance_from(uri, e))?;
     let tags: BTreeMap<String, u64> =
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
@@ -223,7 +224,7 @@ impl DatasetReport {
                     ids.column, ids.distinct, ids.nulls, self.rows
                 )
             }
-            None => out += "  ids: no id column\n",
+            None => out += "  ids: no id column (name it with --id-column)\n",
         }
         match &self.fingerprint {
             Some(fp) => {

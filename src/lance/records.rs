@@ -136,6 +136,15 @@ pub fn fingerprint_of_dataset(ds: &Dataset) -> datafusion::common::Result<Option
         .transpose()
 }
 
+/// The schema-metadata key holding the id column a campaign's dataset was written with (`embed.id_column`).
+pub const ID_COLUMN_KEY: &str = "embedding_pipeline.id_column";
+
+/// The id column of `ds`: `given` (a command's `--id-column`), else the one recorded when it was written, else
+/// `id` (datasets written before the column was recorded).
+pub fn id_column_of(ds: &Dataset, given: Option<&str>) -> String {
+    given.or_else(|| ds.schema().metadata.get(ID_COLUMN_KEY).map(String::as_str)).unwrap_or("id").to_string()
+}
+
 /// The run record committed with `version` of `ds`, or None for a version this tool did not write.
 pub async fn run_record(ds: &Dataset, version: u64) -> Result<Option<RunRecord>> {
     Ok(version_records(ds, version).await?.0)

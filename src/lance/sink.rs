@@ -92,11 +92,15 @@ impl LanceSink {
         Ok((existing, found))
     }
 
-    /// The schema the dataset is written with: the input's, the campaign's fingerprint in its metadata.
-    fn schema_of(&self, data: &SendableRecordBatchStream) -> SchemaRef {
+    /// The schema the dataset is written with: the input's, the campaign's fingerprint and its id column (when the
+    /// rows have it) in its metadata, so later commands find the ids without being told.
+    fn schema_of(&self, data: &SendableRecordBatchStream, id_column: &str) -> SchemaRef {
         let mut schema = data.schema().as_ref().clone();
         if let Some(fp) = &self.fingerprint {
             schema.metadata.insert(FINGERPRINT_KEY.to_string(), fp.to_json());
+        }
+        if schema.field_with_name(id_column).is_ok() {
+            schema.metadata.insert(super::records::ID_COLUMN_KEY.to_string(), id_column.to_string());
         }
         Arc::new(schema)
     }
@@ -194,6 +198,7 @@ pub(crate) async fn check_existing(
 ) -> Result<ExistingOutput> {
     if !options.restart {
         check_fingerprint(uri, fingerprint_of_dataset(ds)?.as_ref(), fingerprint)?;
+        check_id_column(uri, ds, &options.id_column)?;
     }
     let mut tag_is_current = None;
     if !options.tag.is_empty()
@@ -208,6 +213,18 @@ pub(crate) async fn check_existing(
         tag_is_current = Some(v);
     }
     Ok(ExistingOutput { previous_device: latest_device(ds).await, tag_is_current })
+}
+
+/// A dataset keyed by one id column is not added to by a write keyed by another: its ids could not be checked,
+/// and the rows already done would be embedded again.
+pub(crate) fn check_id_column(uri: &str, ds: &Dataset, id_column: &str) -> Result<()> {
+    match ds.schema().metadata.get(super::records::ID_COLUMN_KEY) {
+        Some(recorded) if recorded != id_column => Err(exec_datafusion_err!(
+            "refusing to append to {uri}: its rows are keyed by `{recorded}` (embed.id_column when it was written), \
+             this write's by `{id_column}`. SET embed.id_column = '{recorded}' to add to it, or write to a new output"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The device in the newest run record of the dataset (an index or optimize commit after it has none).
@@ -228,7 +245,7 @@ impl DataSink for LanceSink {
 
         let mut writer = Committer {
             sink: self,
-            schema: self.schema_of(&data),
+            schema: self.schema_of(&data, &options.id_column),
             // --restart: the first commit replaces the rows (older versions stay readable).
             mode: if options.restart { WriteMode::Overwrite } else { WriteMode::Append },
             previous_device,

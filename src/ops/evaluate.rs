@@ -41,7 +41,8 @@ pub struct EvaluateArgs {
     pub model: Option<PathBuf>,
     /// Embed the queries with this prompt of each model (e5's `query`) instead of the documents' own.
     pub query_prompt: Option<String>,
-    pub id_column: String,
+    /// The id column (default: each dataset's own, as it was written, else `id`).
+    pub id_column: Option<String>,
     pub column: String,
     /// Neighbours compared between two datasets, and how many ids are sampled for it.
     pub overlap: Option<usize>,
@@ -283,7 +284,8 @@ async fn score_dataset(
         .iter()
         .flat_map(|(q, _)| j.relevant[q].iter().filter(|(_, g)| **g > 0.0).map(|(d, _)| d.as_str()))
         .collect();
-    let ranked = nearest_all(&ds, &args.id_column, &args.column, &queries, depth, &relevant_ids).await?;
+    let id_column = crate::lance::records::id_column_of(&ds, args.id_column.as_deref());
+    let ranked = nearest_all(&ds, &id_column, &args.column, &queries, depth, &relevant_ids).await?;
 
     let mut recall = vec![0f64; ks.len()];
     let (mut mrr, mut ndcg) = (0f64, 0f64);
@@ -472,8 +474,9 @@ async fn overlap(args: &EvaluateArgs, k: usize) -> Result<Overlap> {
     }
     let (a, b) = (open_dataset(&args.datasets[0]).await?, open_dataset(&args.datasets[1]).await?);
     // The sample: the ids of the first lowest in the seeded order.
+    let id_column = crate::lance::records::id_column_of(&a, args.id_column.as_deref());
     let mut lowest = Lowest::new(args.overlap_sample);
-    let scanner = crate::lance::bounded_scan(&a, &[args.id_column.as_str()])?;
+    let scanner = crate::lance::bounded_scan(&a, &[id_column.as_str()])?;
     let mut stream = scanner.try_into_stream().await.map_err(lance_err(a.uri()))?;
     while let Some(batch) = stream.try_next().await.map_err(lance_err(a.uri()))? {
         let ids = cast(batch.column(0), &DataType::Utf8)?;
@@ -483,8 +486,8 @@ async fn overlap(args: &EvaluateArgs, k: usize) -> Result<Overlap> {
         }
     }
     let sample: HashSet<String> = lowest.into_vec().into_iter().map(|(_, id)| id).collect();
-    let vectors_a = stored_vectors(&a, &args.id_column, &args.column, &sample).await?;
-    let vectors_b = stored_vectors(&b, &args.id_column, &args.column, &sample).await?;
+    let vectors_a = stored_vectors(&a, &id_column, &args.column, &sample).await?;
+    let vectors_b = stored_vectors(&b, &id_column, &args.column, &sample).await?;
     let mut both: Vec<&String> =
         sample.iter().filter(|id| vectors_a.contains_key(*id) && vectors_b.contains_key(*id)).collect();
     both.sort();
@@ -498,8 +501,8 @@ async fn overlap(args: &EvaluateArgs, k: usize) -> Result<Overlap> {
     // k + 1: each id is its own nearest neighbour, and is left out.
     let qa: Vec<Vec<f32>> = both.iter().map(|id| vectors_a[*id].clone()).collect();
     let qb: Vec<Vec<f32>> = both.iter().map(|id| vectors_b[*id].clone()).collect();
-    let na = nearest_all(&a, &args.id_column, &args.column, &qa, k + 1, &none).await?;
-    let nb = nearest_all(&b, &args.id_column, &args.column, &qb, k + 1, &none).await?;
+    let na = nearest_all(&a, &id_column, &args.column, &qa, k + 1, &none).await?;
+    let nb = nearest_all(&b, &id_column, &args.column, &qb, k + 1, &none).await?;
     let mut shares = Vec::new();
     for ((id, ha), hb) in both.iter().zip(&na.hits).zip(&nb.hits) {
         let ha: HashSet<&String> = ha.iter().filter(|h| h != id).take(k).collect();

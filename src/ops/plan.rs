@@ -280,13 +280,10 @@ pub async fn make_plan(
         writer.write(&row)?;
     }
     match writer {
-        Some(w) => {
+        Some(w) if totals.rows > 0 => {
             w.close()?;
         }
-        None => {
-            let empty = work_list_rows(&RecordBatch::new_empty(counter.schema()), Vec::new())?;
-            ArrowWriter::try_new(File::create(staging.join(WORK_LIST_FILE))?, empty.schema(), None)?.close()?;
-        }
+        _ => return Err(no_rows(&target.uri, "planned")),
     }
     histogram.finish(&totals);
     let plan = Plan {
@@ -303,6 +300,14 @@ pub async fn make_plan(
     };
     publish(&plan, &staging, &dir)?;
     Ok((plan, dir))
+}
+
+/// The refusal of a write into `uri` whose query gives no rows: nothing was `done` (planned, written).
+pub(crate) fn no_rows(uri: &str, done: &str) -> Error {
+    Error::Refused(format!(
+        "the write into {uri} has no rows: its query gives none (an empty corpus, or a filter that keeps no row), so \
+         nothing was {done}; check the corpus's location and the query"
+    ))
 }
 
 /// The write refused when it cannot be planned (another order, an output not on this disk, a query shape

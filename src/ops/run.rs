@@ -318,6 +318,7 @@ async fn run_statement(
         && let Some(target) = &lance_target
     {
         crate::cluster::write::run(session, target).await?;
+        refuse_nothing_written(session, writes_before, target).await?;
         report_write(session, writes_before, None, reporter);
         return Ok(());
     }
@@ -342,6 +343,9 @@ async fn run_statement(
             batch?;
         }
         drop(following);
+        if let Some(target) = &lance_target {
+            refuse_nothing_written(session, writes_before, target).await?;
+        }
         report_write(session, writes_before, planned.as_ref().map(|p| p.plan.as_ref()), reporter);
         return Ok(());
     }
@@ -379,6 +383,15 @@ async fn use_write_plan<'a>(
     }
     session.metrics().use_plan(&target.uri, Arc::clone(&p));
     Ok(Some(PlanGuard { session, uri: target.uri.clone(), plan: p }))
+}
+
+/// A write into Lance that committed nothing where no dataset was before: its query gave no rows (a write that
+/// found every id done has a dataset to find them in).
+async fn refuse_nothing_written(session: &EmbedSession, writes_before: usize, target: &WriteTarget) -> Result<()> {
+    if session.metrics().writes().len() > writes_before || open_existing(&target.uri).await?.is_some() {
+        return Ok(());
+    }
+    Err(super::plan::no_rows(&target.uri, "written"))
 }
 
 /// Read a write into a file (DataFusion's writer answers with its row count), record it and say it.
@@ -531,6 +544,7 @@ async fn prepare_write(
     // Refused here, before the resume count, which would read as if the run were going on.
     let new = fingerprint_of_columns(target.input.schema().as_arrow())?;
     check_fingerprint(&target.uri, fingerprint_of_dataset(&ds)?.as_ref(), new.as_ref())?;
+    crate::lance::sink::check_id_column(&target.uri, &ds, column)?;
     let (rows, done, done_tokens) = match plan {
         Some(p) => {
             let (done, tokens) = done_in_work_list(session, p, &target.uri, column).await?;

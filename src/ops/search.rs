@@ -25,11 +25,16 @@ fn source_format(source: &str) -> Result<&'static str> {
     })
 }
 
-/// `pipeline search --join SOURCE`: the hits with the source's other columns beside them, matched on `id`, nearest first. Hits whose id the
-/// source lacks keep empty columns; ids the source holds twice are refused.
-pub async fn join_source(hits: RecordBatch, source: &str, id: &str) -> Result<RecordBatch> {
+/// `pipeline search --join SOURCE`: the hits of a search of `dataset` with the source's other columns beside them,
+/// matched on `id` (default: the id column the dataset was written with), nearest first. Hits whose id the source
+/// lacks keep empty columns; ids the source holds twice are refused.
+pub async fn join_source(hits: RecordBatch, source: &str, dataset: &str, id: Option<&str>) -> Result<RecordBatch> {
     use datafusion::datasource::MemTable;
     let format = source_format(source)?;
+    let id = &match id {
+        Some(id) => id.to_string(),
+        None => crate::lance::records::id_column_of(&crate::lance::open_dataset(dataset).await?, None),
+    };
     if hits.schema().column_with_name(id).is_none() {
         return Err(Error::Refused(format!(
             "--join: the dataset has no id column `{id}` to join on (name it with --id)"

@@ -710,7 +710,7 @@ async fn compare(vectors: &str, reference: &str, id_column: &str, target: &Write
         shared_ids: true,
         allow_different_fingerprints: false,
     };
-    match crate::lance::compare::compare(vectors, reference, id_column, &column, thresholds).await {
+    match crate::lance::compare::compare(vectors, reference, Some(id_column), &column, thresholds).await {
         Ok(r) => {
             let mut failures = r.failures.clone();
             if r.matched == 0 {

@@ -55,7 +55,8 @@ pub struct VerifyArgs {
     pub model: Option<PathBuf>,
     /// Where the sample is embedded (default cpu).
     pub device: Option<String>,
-    pub id_column: String,
+    /// The id column (default: the one the dataset was written with, else `id`).
+    pub id_column: Option<String>,
     pub column: String,
 }
 
@@ -77,9 +78,14 @@ impl VerifyArgs {
             min_cosine: Self::DEFAULT_MIN_COSINE,
             model: None,
             device: None,
-            id_column: "id".into(),
+            id_column: None,
             column: "embedding".into(),
         }
+    }
+
+    /// The id column: as given, or (once [`open_checked`] has resolved it) the dataset's.
+    fn id(&self) -> &str {
+        self.id_column.as_deref().unwrap_or("id")
     }
 }
 
@@ -236,13 +242,14 @@ pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<Verify
     let stage = |what: &str| reporter.note(what);
     crate::campaign::memory::mark_before_load();
     let started = Instant::now();
-    let (ds, fp) = open_checked(args).await?;
+    let (ds, fp, id_column) = open_checked(args).await?;
+    let args = &VerifyArgs { id_column: Some(id_column), ..args.clone() };
     let version = ds.version().version;
     let uri = ds.uri().trim_end_matches('/').to_string();
     let mut words = Words::default();
 
     // The corpus: its ids against the dataset's, and the sample's texts.
-    let mut ids = IdFindings { column: args.id_column.clone(), ..Default::default() };
+    let mut ids = IdFindings { column: args.id().to_string(), ..Default::default() };
     let drawn = match &args.job {
         Some(job) => corpus(job, args, (&uri, &ds, &fp), &mut ids, &mut words, &stage).await?,
         None => {
@@ -258,7 +265,7 @@ pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<Verify
     // One pass over the vectors, keeping the sample's.
     let wanted: HashSet<String> = drawn.iter().flat_map(|d: &Drawn| d.rows.iter().map(|r| r.id.clone())).collect();
     stage(&format!("reading the ids and vectors of version {version}"));
-    let scan = scan_vectors(&ds, &args.id_column, &args.column, fp.normalize, &wanted).await?;
+    let scan = scan_vectors(&ds, args.id(), &args.column, fp.normalize, &wanted).await?;
     if scan.vectors.dim != fp.dim {
         words.findings.push(format!("the vectors have {} values, the fingerprint says {}", scan.vectors.dim, fp.dim));
     }
@@ -325,8 +332,8 @@ impl Words {
     }
 }
 
-/// The dataset and its fingerprint, refused when it has none or lacks the id column.
-async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint)> {
+/// The dataset, its fingerprint and its id column, refused where it has no fingerprint or no such column.
+async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint, String)> {
     let ds = open_dataset(&args.dataset).await?;
     let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
         Error::Refused(format!(
@@ -335,13 +342,14 @@ async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint)
             args.dataset
         ))
     })?;
-    if ds.schema().field(&args.id_column).is_none() {
+    let id_column = crate::lance::records::id_column_of(&ds, args.id_column.as_deref());
+    if ds.schema().field(&id_column).is_none() {
         return Err(Error::Refused(format!(
-            "{}: has no id column `{}` (give it with --id-column)",
-            args.dataset, args.id_column
+            "{}: has no id column `{id_column}` (give it with --id-column)",
+            args.dataset
         )));
     }
-    Ok((ds, fp))
+    Ok((ds, fp, id_column))
 }
 
 /// The job's corpus: its ids against the dataset's (into `ids`), and the sample drawn from its texts, with the
@@ -481,9 +489,9 @@ async fn read_job(
     let fail = |e: datafusion::error::DataFusionError| writes.fail(stmt, &e);
     // The corpus is read twice at most: once for the ids on either side only, once for the texts (which counts its
     // rows on the way) or, when no sample is drawn, for the count.
-    let differences = id_differences(ctx, &target.input, &args.id_column, ds, &fail).await?;
+    let differences = id_differences(ctx, &target.input, args.id(), ds, &fail).await?;
     // The texts, as the write's query computes them beside its ids.
-    let texts = if args.sample == 0 { None } else { texts_plan(&target.input, &args.id_column) };
+    let texts = if args.sample == 0 { None } else { texts_plan(&target.input, args.id()) };
     if args.sample > 0 && texts.is_none() {
         words.cannot_check.push(format!(
             "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \

@@ -38,7 +38,16 @@ impl TableProviderFactory for JsonTableFactory {
             };
             cmd.location = format!("{}*.{ext}", cmd.location);
         }
-        self.0.create(state, &cmd).await
+        let table = self.0.create(state, &cmd).await?;
+        // Columns are read from the rows: none means no rows (DataFusion would fail later on "No field named id").
+        if table.schema().fields().is_empty() && cmd.schema.fields().is_empty() {
+            return Err(plan_datafusion_err!(
+                "{}: the corpus is empty: there are no JSON lines to read its columns from; check the location, or \
+                 add rows",
+                cmd.location.strip_prefix("file://").unwrap_or(&cmd.location)
+            ));
+        }
+        Ok(table)
     }
 }
 

@@ -180,3 +180,58 @@ fn embed_prints_the_vectors_a_query_makes() {
     let o = pipeline(&["embed", "--model", &model, "--file", "bad.jsonl"], dir);
     assert!(!o.status.success() && text(&o).1.contains("bad.jsonl line 1"), "{:?}", text(&o));
 }
+
+/// `embed.id_column` is recorded with the dataset: inspect, verify, search --join and compare find the ids without
+/// being told, and a later write keyed by another column is refused before it embeds.
+#[test]
+fn the_id_column_of_a_job_is_recorded_and_used_by_every_later_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let rows = [("d1", "k1", "a text about rivers"), ("d2", "k2", "a text about mountains"), ("d3", "k3", "bread")];
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(d, k, t)| serde_json::json!({ "doc_id": d, "key": k, "text": t }).to_string())
+        .collect();
+    std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
+    let write = |column: &str| {
+        format!(
+            "SET embed.model = '{}';\nSET embed.id_column = '{column}';\n\
+             CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+             COPY (SELECT doc_id, key, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LANCE;\n",
+            model_dir().display()
+        )
+    };
+    std::fs::write(dir.join("job.sql"), write("doc_id")).unwrap();
+    let o = pipeline(&["run", "job.sql"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    let o = pipeline(&["inspect", "out.lance", "--json"], dir);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((report["ids"]["column"].as_str(), report["ids"]["unique"].as_bool()), (Some("doc_id"), Some(true)));
+    // Told otherwise, inspect reads the column it is told.
+    let o = pipeline(&["inspect", "out.lance", "--json", "--id-column", "key"], dir);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["ids"]["column"], "key");
+
+    let o = pipeline(&["verify", "out.lance", "--job", "job.sql", "--sample", "2", "--json"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ids"]["column"], "doc_id", "{v}");
+
+    let o = pipeline(&["search", "out.lance", "rivers", "-k", "1", "--join", "docs.jsonl", "--json"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((hits[0]["doc_id"].as_str(), hits[0]["text"].as_str()), (Some("d1"), Some("a text about rivers")));
+
+    crate::common::assert_same_vectors(&pipeline(&["compare", "out.lance", "out.lance", "--json"], dir), 3);
+
+    // The same output keyed by `key`: refused, and the dataset is left as it was.
+    std::fs::write(dir.join("other.sql"), write("key")).unwrap();
+    let o = pipeline(&["run", "other.sql"], dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("keyed by `doc_id`") && err.contains("SET embed.id_column = 'doc_id'"), "{err}");
+    let o = pipeline(&["inspect", "out.lance", "--json"], dir);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((report["rows"].as_u64(), report["version"].as_u64()), (Some(3), Some(1)), "{report}");
+}

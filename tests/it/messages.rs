@@ -513,3 +513,37 @@ async fn a_write_of_constants_alone_is_embedded() {
         .unwrap();
     assert_eq!(scalar_i64(&n), 1);
 }
+
+/// An empty corpus says so, and nothing is planned or written: an empty JSON lines file at its CREATE, an empty
+/// Parquet file (its columns known, no rows) at `plan` and at `run`, which exits non-zero with no dataset made.
+#[test]
+fn an_empty_corpus_is_named_and_nothing_is_written() {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("empty.jsonl"), "").unwrap();
+    let copy = "COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LANCE;";
+    let file = job(dir, &format!("CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'empty.jsonl';\n{copy}"));
+    for command in ["run", "plan"] {
+        let o = pipeline(&[command, &file], dir);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{command}: {err}");
+        assert!(err.contains("empty.jsonl: the corpus is empty") && !err.contains("No field named"), "{command}: {err}");
+        assert!(!err.contains("Error during planning"), "{err}");
+    }
+
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("text", DataType::Utf8, true),
+    ]));
+    let parquet = std::fs::File::create(dir.join("empty.parquet")).unwrap();
+    datafusion::parquet::arrow::ArrowWriter::try_new(parquet, schema, None).unwrap().close().unwrap();
+    let file = job(dir, &format!("CREATE EXTERNAL TABLE docs STORED AS PARQUET LOCATION 'empty.parquet';\n{copy}"));
+    for (command, done) in [("plan", "nothing was planned"), ("run", "nothing was written")] {
+        let o = pipeline(&[command, &file], dir);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{command}: {err}");
+        assert!(err.contains("out.lance has no rows") && err.contains(done), "{command}: {err}");
+    }
+    assert!(!dir.join("out.lance").exists() && !dir.join("out.lance.plan").exists());
+}

@@ -355,7 +355,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
         min_cosine: 0.9999,
         model: None,
         device: None,
-        id_column: "id".into(),
+        id_column: None,
         column: "embedding".into(),
     };
     let recorder = Recorder::default();
@@ -377,7 +377,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     let err = verify(&VerifyArgs { job: None, ..args.clone() }, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.contains("no job to give them to")), "{err:?}");
     // A dataset with no such id column is refused, typed, before any work.
-    let err = verify(&VerifyArgs { id_column: "nope".into(), ..args.clone() }, &Silent).await.unwrap_err();
+    let err = verify(&VerifyArgs { id_column: Some("nope".into()), ..args.clone() }, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.contains("has no id column `nope`")), "{err:?}");
 
     // The model checks on the job's corpus.
@@ -408,7 +408,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
         ks: vec![10],
         model: None,
         query_prompt: None,
-        id_column: "id".into(),
+        id_column: None,
         column: "embedding".into(),
         overlap: Some(5),
         overlap_sample: 8,
