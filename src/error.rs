@@ -339,7 +339,8 @@ pub fn chain_text(e: &(dyn std::error::Error + 'static)) -> String {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// DataFusion's names for the kind of an error, which say nothing a user can act on.
-const DATAFUSION_KINDS: [&str; 4] = ["External error: ", "Execution error: ", "Error during planning: ", "Schema error: "];
+const DATAFUSION_KINDS: [&str; 4] =
+    ["External error: ", "Execution error: ", "Error during planning: ", "Schema error: "];
 
 /// A library's error text as a user should read it: without the source locations Lance appends
 /// (`…/.cargo/registry/…/commit.rs:653:26`), DataFusion's kind prefixes (`External error: `, `Execution error: `…),

@@ -479,8 +479,6 @@ fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&P
             commits.len(),
             last.version
         ));
-    } else {
-        reporter.note("nothing new to write: every id is already in the output");
     }
     let options = EmbedOptions::from_config(ctx.state().config_options());
     if let (Ok(Some(budget)), Some(peak)) =
@@ -495,7 +493,8 @@ fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&P
             if peak > budget { ", and passed it" } else { "" }
         ));
     }
-    if let Some(p) = planned {
+    // A write that committed nothing found its job done, and said so before it began.
+    if let Some(p) = planned.filter(|_| !commits.is_empty()) {
         let (done, units) = p.units_done();
         reporter.note(&format!("plan {}: {done} of {units} units done", p.dir.display()));
     }
@@ -556,6 +555,7 @@ async fn prepare_write(
         }
     };
     let left = rows.saturating_sub(done);
+    let mut tagged = String::new();
     if !options.tag.is_empty()
         && let Ok(v) = ds.tags().get_version(&options.tag).await
     {
@@ -566,14 +566,18 @@ async fn prepare_write(
                 options.tag, target.uri
             )));
         }
-        if left == 0 {
-            reporter.note(&format!(
-                "embed.tag '{}' already marks version {v}, the current one: this job is done",
-                options.tag
-            ));
-        }
+        tagged = format!(", tagged '{}'", options.tag);
     }
-    reporter.note(&format!("resuming: {done} of {rows} already done in {}", target.uri));
+    // One line either way: a finished job is not also "resuming".
+    reporter.note(&if left == 0 {
+        format!(
+            "this job is done: all {rows} ids are already in {} (version {}{tagged}); nothing to write",
+            target.uri,
+            ds.version().version
+        )
+    } else {
+        format!("resuming: {done} of {rows} already done in {}", target.uri)
+    });
     Ok(Some(Todo { rows: left, tokens: plan.map(|p| p.plan.totals.useful_tokens.saturating_sub(done_tokens)) }))
 }
 

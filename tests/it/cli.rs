@@ -188,10 +188,8 @@ fn the_id_column_of_a_job_is_recorded_and_used_by_every_later_command() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let rows = [("d1", "k1", "a text about rivers"), ("d2", "k2", "a text about mountains"), ("d3", "k3", "bread")];
-    let lines: Vec<String> = rows
-        .iter()
-        .map(|(d, k, t)| serde_json::json!({ "doc_id": d, "key": k, "text": t }).to_string())
-        .collect();
+    let lines: Vec<String> =
+        rows.iter().map(|(d, k, t)| serde_json::json!({ "doc_id": d, "key": k, "text": t }).to_string()).collect();
     std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
     let write = |column: &str| {
         format!(

@@ -102,7 +102,7 @@ fn commits_stream_every_commit_rows_with_a_run_record_each() {
     // A rerun finds everything done and writes nothing.
     let o = pipeline(&["run", "job.sql"], d);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success() && stdout.contains("resuming: 300 of 300 already done"), "{stdout}");
+    assert!(o.status.success() && stdout.contains("this job is done: all 300 ids are already in"), "{stdout}");
     assert_eq!(versions(d, "out.lance"), rows.len());
 }
 
