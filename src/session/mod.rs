@@ -19,7 +19,7 @@ use crate::lance::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::options::{EmbedConfig, EmbedOptions};
 use crate::udf::embed_udfs;
-use sources::JsonTableFactory;
+use sources::{CsvTableFactory, JsonTableFactory};
 use stores::StoreRegistry;
 
 /// `datafusion.execution.target_partitions` on a cluster: the partitions a query's scan is cut into there.
@@ -87,7 +87,7 @@ impl EmbedSession {
 }
 
 /// What every session has: the `embed.*` options and information_schema, the object stores, and the Lance
-/// and JSON table factories.
+/// JSON and CSV table factories.
 pub(crate) fn reading_state(options: &EmbedOptions, metrics: &Arc<RunMetrics>) -> Result<SessionStateBuilder> {
     let config = SessionConfig::new().with_information_schema(true).with_option_extension(EmbedConfig(options.clone()));
     let runtime = RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(StoreRegistry::default())).build()?;
@@ -96,5 +96,6 @@ pub(crate) fn reading_state(options: &EmbedOptions, metrics: &Arc<RunMetrics>) -
         .with_runtime_env(Arc::new(runtime))
         .with_default_features()
         .with_table_factory("LANCE".into(), Arc::new(LanceTableFactory::new(Arc::clone(metrics))))
-        .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default())))
+        .with_table_factory("JSON".into(), Arc::new(JsonTableFactory::default()))
+        .with_table_factory("CSV".into(), Arc::new(CsvTableFactory::default())))
 }
