@@ -365,12 +365,12 @@ pub fn plain(text: &str) -> String {
     }
     // Source locations: whitespace-separated words holding a Cargo registry or toolchain path.
     let is_location = |w: &str| ["/.cargo/registry/", "/.cargo/git/", "/rustc/"].iter().any(|p| w.contains(p));
-    let mut kept: Vec<&str> = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
     for word in out.split(' ') {
         if is_location(word) {
             continue;
         }
-        kept.push(word);
+        kept.push(with_leading_slash(word));
     }
     let mut out = without_runtime_location(&kept.join(" "));
     // A location list leaves its separators behind: "found: x/_versions, , " or a dangling ", ".
@@ -378,6 +378,20 @@ pub fn plain(text: &str) -> String {
         out = out.replace(", ,", ",");
     }
     out.trim_end_matches([',', ' ', '\n']).replace(",\n", "\n").trim().to_string()
+}
+
+/// object_store names a local file by its path without the leading `/` (`Error when processing CSV file
+/// tmp/corpus.csv`, `Not found: tmp/out.lance/_versions`): the `/` is put back on a word that names a path under
+/// a folder at the root whose name is not one here.
+fn with_leading_slash(word: &str) -> String {
+    let core = word.trim_start_matches(['(', '\'', '"', '`']);
+    let Some((first, _)) = core.split_once('/') else { return word.to_string() };
+    let at_root = std::path::Path::new("/").join(first).is_dir();
+    if first.is_empty() || first.contains(':') || !at_root || std::path::Path::new(first).exists() {
+        return word.to_string();
+    }
+    let at = word.len() - core.len();
+    format!("{}/{}", &word[..at], &word[at..])
 }
 
 /// ONNX Runtime's text without the places in its own source it was raised at: `failed:/onnxruntime_src/…/model.cc:245
@@ -469,6 +483,26 @@ mod tests {
         // DataFusion's kind prefixes go, wherever a cause sits in the text.
         let df = "job.sql: statement 4 failed: Execution error: refusing to append; Error during planning: No files";
         assert_eq!(plain(df), "job.sql: statement 4 failed: refusing to append; No files");
+    }
+
+    #[test]
+    fn a_local_path_gets_back_the_leading_slash_object_store_drops() {
+        let dir = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let file = dir.path().join("q.csv");
+        std::fs::write(&file, "id\n").unwrap();
+        let bare = file.display().to_string().trim_start_matches('/').to_string();
+        let missing =
+            format!("{}/_versions", dir.path().join("out.lance").display()).trim_start_matches('/').to_string();
+        assert_eq!(
+            plain(&format!("Error when processing CSV file {bare}")),
+            format!("Error when processing CSV file /{bare}")
+        );
+        assert_eq!(plain(&format!("Not found: {missing},")), format!("Not found: /{missing}"));
+        assert_eq!(plain(&format!("read ({bare}) twice")), format!("read (/{bare}) twice"));
+        // Paths that name nothing at the root, and relative paths that are here, stay as written.
+        for kept in ["Not found: d/_versions", "see src/error.rs", "s3://bucket/x.lance", "a/b"] {
+            assert_eq!(plain(kept), kept);
+        }
         // A CUDA call's error: the raising function's signature and template, and the file and line fields.
         let cuda = "/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_call.cc:129 std::conditional_t<THRW, void, \
                     onnxruntime::common::Status> onnxruntime::CudaCall(ERRTYPE, const char*, const char*, SUCCTYPE, \

@@ -17,6 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    leave_centroids_out_of_index_statistics();
     end_quietly_on_a_closed_stdout();
     let (cli, inputs) = cli::parse();
     // -v / -q first, then RUST_LOG, then warnings only.
@@ -62,6 +63,17 @@ fn limit_malloc_arenas() {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             libc::mallopt(libc::M_ARENA_MAX, (cores / 2).max(2) as i32);
         }
+    }
+}
+
+/// Lance 14 reads every IVF centroid into an index's statistics, which `index` and `inspect` ask for and use none
+/// of, and warns once per process that this default will change: a warning users cannot act on, on every later
+/// `inspect`. Its documented setting leaves them out and silences it, unless the user has set it.
+fn leave_centroids_out_of_index_statistics() {
+    const SETTING: &str = "LANCE_INCLUDE_VECTOR_CENTROIDS";
+    if std::env::var_os(SETTING).is_none() {
+        // SAFETY: called first in main, before any other thread exists.
+        unsafe { std::env::set_var(SETTING, "false") };
     }
 }
 
