@@ -263,6 +263,10 @@ pub enum Command {
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
         #[arg(long, default_value_t = crate::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
         unit_tokens: u64,
+        /// Plan for a run on this device (cpu, cuda, cuda:N…; sets embed.device, a SET in the job wins), from any
+        /// machine: for a GPU, with the model it will use there (the float16 default), without a GPU here.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
         #[command(flatten)]
         runtime: Runtime,
     },
@@ -818,10 +822,10 @@ fn plan_choice(plan: Option<std::path::PathBuf>, no_plan: bool) -> crate::ops::P
 /// The commands that prepare a campaign before it runs: plan, probe, trial, cost and the model checks.
 async fn prepare_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Plan { file, vars, json, units, unit_tokens, runtime } => {
+        Command::Plan { file, vars, json, units, unit_tokens, device, runtime } => {
             runtime.apply();
             let size = units.map_or(crate::ops::plan::UnitSize::Tokens(unit_tokens), crate::ops::plan::UnitSize::Count);
-            plan::plan_file(&file, &vars.parse()?, json, size).await
+            plan::plan_file(&file, &vars.parse()?, json, size, device.as_deref()).await
         }
         Command::Probe { file, vars, memory_budget, max_batch_tokens, json, runtime } => {
             runtime.apply();

@@ -7,11 +7,17 @@ use std::path::Path;
 use anyhow::anyhow;
 
 use crate::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
-use crate::ops::plan::{UnitSize, plan_job, source_changes};
+use crate::ops::plan::{UnitSize, plan_job_for, source_changes};
 
 /// Plan every write into Lance of the job file, and print what was found.
-pub async fn plan_file(file: &Path, vars: &BTreeMap<String, String>, json: bool, size: UnitSize) -> anyhow::Result<()> {
-    let plans = plan_job(file, vars, size).await?;
+pub async fn plan_file(
+    file: &Path,
+    vars: &BTreeMap<String, String>,
+    json: bool,
+    size: UnitSize,
+    device: Option<&str>,
+) -> anyhow::Result<()> {
+    let plans = plan_job_for(file, vars, size, device).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
     } else {

@@ -53,7 +53,21 @@ pub enum UnitSize {
 
 /// Plan every write into Lance of the job file: each plan, and the directory it was written to.
 pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSize) -> Result<Vec<(Plan, PathBuf)>> {
+    plan_job_for(file, vars, size, None).await
+}
+
+/// [`plan_job`] for the run on `device` (`pipeline plan --device`; a SET of `embed.device` in the job wins), on
+/// any machine: a plan for a GPU holds the model the GPU will use, without one here.
+pub async fn plan_job_for(
+    file: &Path,
+    vars: &BTreeMap<String, String>,
+    size: UnitSize,
+    device: Option<&str>,
+) -> Result<Vec<(Plan, PathBuf)>> {
     let (session, statements) = load_job(file, vars)?;
+    if let Some(device) = device {
+        set_option(&session, "device", device).await?;
+    }
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
@@ -66,9 +80,12 @@ pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSi
             return Err(writes.fail(stmt, &e));
         }
         let dir = plan_dir(&target.uri);
-        let made =
-            make_plan(&session, &plan, &target, size, &dir).await.map_err(|e| writes.fail(stmt, &e.chain_text()))?;
-        plans.push(made);
+        let set_back = off_the_device(&session).await.map_err(|e| writes.fail(stmt, &e.chain_text()))?;
+        let made = make_plan(&session, &plan, &target, size, &dir).await;
+        for (key, value) in set_back {
+            set_option(&session, key, &value).await?;
+        }
+        plans.push(made.map_err(|e| writes.fail(stmt, &e.chain_text()))?);
     }
     if plans.is_empty() {
         return Err(Error::Refused(format!(
@@ -77,6 +94,26 @@ pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSi
         )));
     }
     Ok(plans)
+}
+
+/// `SET embed.<key> = '<value>'` in `session`.
+async fn set_option(session: &EmbedSession, key: &str, value: &str) -> Result<()> {
+    let sql = format!("SET embed.{key} = '{}'", value.replace('\'', "''"));
+    session.context().sql(&sql).await?;
+    Ok(())
+}
+
+/// A write for a GPU is planned on the CPU with the model the GPU would use (the float16 default where
+/// `embed.model` is left at its own): a plan holds no device, and its fingerprint must be the GPU run's. Loading
+/// the model for a CUDA session would fail on a machine without one. The settings to put back after.
+async fn off_the_device(session: &EmbedSession) -> Result<Vec<(&'static str, String)>> {
+    let options = EmbedOptions::from_config(session.context().state().config_options());
+    if !matches!(crate::model::Device::parse(&options.device), Some(crate::model::Device::Cuda(_))) {
+        return Ok(Vec::new());
+    }
+    set_option(session, "model", &options.model_dir().display().to_string()).await?;
+    set_option(session, "device", "cpu").await?;
+    Ok(vec![("model", options.model), ("device", options.device)])
 }
 
 /// A job file's statements, with its `${NAME}` variables given their values in `vars` (`--var`), parsed, and a

@@ -676,6 +676,15 @@ async fn plan_for_write(
     if !differences.is_empty() {
         let lines: Vec<String> =
             differences.iter().map(|(k, planned, now)| format!("  {k}: plan {planned}, this run {now}")).collect();
+        // A plan made for the CPU, run on a GPU, whose default model differs.
+        let again = match crate::model::Device::parse(&options.device) {
+            Some(crate::model::Device::Cuda(_)) => format!(
+                "plan it for this device, on any machine (pipeline plan JOB --device {}: a GPU run takes the model \
+                 it will use there), or run without it (--no-plan)",
+                options.device
+            ),
+            _ => again.to_string(),
+        };
         return Err(Error::Refused(format!(
             "the plan {shown} was made under another campaign fingerprint than this run's settings; nothing was \
              written. Go back to the plan's settings, or {again}:\n{}",

@@ -274,3 +274,50 @@ fn a_corpus_path_with_spaces_is_planned_and_run_from_its_plan() {
     assert!(stdout.contains("executing the plan") && stdout.contains("the sources are as planned"), "{stdout}");
     assert_eq!(inspect(d, "out/docs.lance")["rows"].as_u64(), Some(20));
 }
+
+/// Plan here, run on a GPU elsewhere (issue 53 item 4): `plan --device cuda`, or a job that SETs embed.device =
+/// 'cuda', plans on this machine without a GPU, with the float16 model a GPU run takes by default; that plan's
+/// fingerprint is the one a run with that model makes (run here from the plan). A CPU plan run on a GPU is refused
+/// naming the command that plans for it.
+#[test]
+fn a_plan_for_a_gpu_is_made_without_one_with_the_model_the_gpu_will_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_jsonl(&d.join("docs.jsonl"), &[("a", Some("rivers and lakes")), ("b", Some("bread")), ("c", None)]);
+    let body = "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+                COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LANCE;\n";
+    std::fs::write(d.join("job.sql"), body).unwrap();
+    std::fs::write(d.join("gpu.sql"), format!("SET embed.device = 'cuda';\n{body}")).unwrap();
+    let fp16 = model_dir().with_file_name("all-MiniLM-L6-v2-fp16");
+
+    let mut planned = Vec::new();
+    for args in [&["plan", "job.sql", "--device", "cuda", "--json"][..], &["plan", "gpu.sql", "--json"]] {
+        let o = pipeline(args, d);
+        assert!(o.status.success(), "{args:?}: {:?}", text(&o));
+        let plans: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let fp = plans[0]["fingerprint"].clone();
+        assert_eq!(
+            (fp["model"].as_str(), fp["model_dtype"].as_str()),
+            (Some("all-MiniLM-L6-v2-fp16"), Some("float16"))
+        );
+        planned.push(fp);
+    }
+    assert_eq!(planned[0], planned[1]);
+
+    // The float16 model run here from that plan: the fingerprints agree, so the plan is used.
+    let model = format!("embed.model={}", fp16.display());
+    let o = pipeline(&["run", "job.sql", "--set", &model], d);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("1 of 1 units done"), "{out}");
+
+    // A plan for the CPU, run on a GPU: refused before the device is opened, naming the command.
+    assert!(pipeline(&["plan", "job.sql"], d).status.success());
+    let o = pipeline(&["run", "job.sql", "--device", "cuda"], d);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("model: plan all-MiniLM-L6-v2, this run all-MiniLM-L6-v2-fp16"),
+        "{err}"
+    );
+    assert!(err.contains("pipeline plan JOB --device cuda"), "{err}");
+}
