@@ -59,6 +59,15 @@ impl Plan {
     }
 }
 
+/// Where a plan replaced by `pipeline plan` is kept when a version of its output was made from it: beside the
+/// plan directory, named by the first 12 hex digits of its `plan.json`'s SHA-256 (`out.lance.plan.3f2a9c1b0d4e`),
+/// so that version's lineage still finds the plan it executed.
+pub fn kept_plan_dir(dir: &Path, digest: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}", &digest[..digest.len().min(12)]));
+    dir.with_file_name(name)
+}
+
 /// A plan a run is executing, and how far its units are done. The work list's reader notes where each
 /// unit ends among the rows it passes on; the sink, which receives those rows in the same order, asks at
 /// each commit how many units its committed rows complete.

@@ -289,9 +289,16 @@ async fn check_plan(path: &str, digest: &str) -> Check {
         Ok(p) => p,
         Err(e) => return Check::unchecked(LINK, e),
     };
-    if now != digest {
-        return Check::broken(LINK, format!("{path}/plan.json hashes {now}, the run executed {digest}"));
-    }
+    let (plan, path) = if now == digest {
+        (plan, path.to_string())
+    } else {
+        // Replaced by a newer plan: `pipeline plan` kept the one this version executed beside it.
+        let kept = crate::campaign::plan::kept_plan_dir(Path::new(path), digest);
+        match Plan::read(&kept) {
+            Ok((old, d)) if d == digest => (old, kept.display().to_string()),
+            _ => return Check::broken(LINK, format!("{path}/plan.json hashes {now}, the run executed {digest}")),
+        }
+    };
     let changes = crate::ops::plan::source_changes(&plan).await;
     if changes.is_empty() {
         Check::ok(LINK, format!("{path}: the corpus is as planned"))

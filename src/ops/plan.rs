@@ -335,7 +335,7 @@ pub async fn make_plan(
         units: cutter.map(|c| c.units).unwrap_or_default(),
         histogram,
     };
-    publish(&plan, &staging, &dir)?;
+    publish(&plan, &staging, &dir).await?;
     Ok((plan, dir))
 }
 
@@ -419,19 +419,36 @@ fn count_batch(
 }
 
 /// Write the plan's file and picture into `staging`, then move it into `dir` in place of an older plan.
-fn publish(plan: &Plan, staging: &Path, dir: &Path) -> Result<()> {
+async fn publish(plan: &Plan, staging: &Path, dir: &Path) -> Result<()> {
     std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
     let h = &plan.histogram;
     let caption = super::histogram::caption(h, &plan.totals);
     super::histogram::histogram_svg(&staging.join(HISTOGRAM_FILE), h.bin_width, &h.bins, h.limit, &caption)
         .map_err(Error::Refused)?;
     if dir.exists() {
-        std::fs::remove_dir_all(dir)
-            .map_err(|e| Error::file(format!("cannot replace the old plan {}", dir.display()), e))?;
+        let old = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        match kept_for(&plan.output, dir).await {
+            Some(kept) => {
+                let _ = std::fs::remove_dir_all(&kept);
+                std::fs::rename(dir, &kept)
+            }
+            None => std::fs::remove_dir_all(dir),
+        }
+        .map_err(|e| Error::file(format!("cannot replace the old plan {}", old.display()), e))?;
     }
     std::fs::rename(staging, dir)
         .map_err(|e| Error::file(format!("cannot move the plan into {}", dir.display()), e))?;
     Ok(())
+}
+
+/// Where the plan in `dir` is to be kept when a new one replaces it: a version of `output` was made from it
+/// (its run record names the plan's digest). None when no version was, or it cannot be read.
+async fn kept_for(output: &str, dir: &Path) -> Option<PathBuf> {
+    let (_, digest) = Plan::read(dir).ok()?;
+    let ds = crate::lance::resume::open_existing(output).await.ok()??;
+    let made = |r: &crate::campaign::RunRecord| r.plan.as_ref().is_some_and(|p| p.digest == digest);
+    crate::lance::records::newest_run_record(&ds, ds.version().version, made).await.ok()??;
+    Some(crate::campaign::plan::kept_plan_dir(dir, &digest))
 }
 
 /// What the ordering stage of a write counts: its input rows, and the text (an expression over them), as

@@ -345,3 +345,40 @@ fn without_lineage_the_chain_starts_at_the_onnx_file_and_the_plan_is_checked() {
     let o = pipeline(&["lineage", "out/none.lance"], dir);
     assert!(!o.status.success() && text(&o).1.contains("out/none.lance"), "{:?}", text(&o));
 }
+
+/// A second representation version in the same output, planned anew (issue 53 item 7): the plan the first
+/// version executed is kept beside the new one, not replaced, so both versions' lineage still verifies. A plan no
+/// version was made from is replaced as before.
+#[test]
+fn a_new_plan_keeps_the_one_an_earlier_version_was_made_from() {
+    use sha2::Digest;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_jsonl(&dir.join("docs.jsonl"), &[("a", Some("one text")), ("b", Some("another text"))]);
+    super::common::docs_job(dir, "v1.sql", "SET embed.tag = 'v1';");
+    super::common::docs_job(dir, "v2.sql", "SET embed.tag = 'v2';\nSET embed.max_tokens = 128;");
+    let plan_dir = dir.join("out/docs.lance.plan");
+    let digest = |d: &Path| format!("{:x}", sha2::Sha256::digest(std::fs::read(d.join("plan.json")).unwrap()));
+    for args in [&["plan", "v1.sql"][..], &["plan", "v1.sql"], &["run", "-q", "v1.sql"]] {
+        let o = pipeline(args, dir);
+        assert!(o.status.success(), "{:?}", text(&o));
+    }
+    let first = digest(&plan_dir);
+    let plans = std::fs::read_dir(dir.join("out")).unwrap();
+    let plans = plans.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("docs.lance.plan"));
+    // Planned twice before the run: the first plan, which no version executed, was replaced.
+    assert_eq!(plans.count(), 1);
+
+    for args in [&["plan", "v2.sql"][..], &["run", "-q", "v2.sql", "--restart"]] {
+        let o = pipeline(args, dir);
+        assert!(o.status.success(), "{:?}", text(&o));
+    }
+    let kept = dir.join(format!("out/docs.lance.plan.{}", &first[..12]));
+    assert_eq!(digest(&kept), first);
+    assert_ne!(digest(&plan_dir), first);
+    for version in ["out/docs.lance@v1", "out/docs.lance@v2"] {
+        let (o, report) = lineage_json(dir, &[version, "--verify"]);
+        assert!(o.status.success(), "{version}: {report}");
+        assert_eq!(status(&report, "plan"), "ok", "{version}: {report}");
+    }
+}
