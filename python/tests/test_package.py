@@ -250,3 +250,22 @@ def test_ctrl_c_stops_embed_and_the_next_call_runs():
         timer.cancel()
     # The stop was honoured and cleared: the next call embeds.
     assert ep.embed(["after the stop"]).shape == (1, 384)
+
+
+def test_an_install_waiting_on_another_build_says_so(tmp_path):
+    """`pip install ./python` behind another build's lock on the shared target directory says it is waiting
+    (it waited 10 minutes in silence, issue 53 item 13); with the lock free it says nothing."""
+    import fcntl
+    import io
+
+    sys.path.insert(0, str(ROOT / "python" / "build_backend"))
+    import backend
+
+    (tmp_path / "debug").mkdir()
+    said = io.StringIO()
+    assert not backend.say_if_waiting(str(tmp_path), said) and said.getvalue() == ""
+    with open(tmp_path / "debug" / ".cargo-lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        # flock locks belong to the open file: the backend's own open of the file is refused while this one holds it.
+        assert backend.say_if_waiting(str(tmp_path), said)
+    assert str(tmp_path) in said.getvalue() and "waits for it to finish" in said.getvalue()
