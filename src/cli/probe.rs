@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::campaign::memory::mib;
 use crate::model::fit::{MemorySplit, gib};
-use crate::ops::probe::{ProbeReport, SAME_SPEED, probe_job};
+use crate::ops::probe::{LAYOUT_ROUNDS, ProbeReport, SAME_SPEED, faster_layout, probe_job};
 
 /// Probe the first write into Lance of the job file, and print what was found.
 pub async fn probe_file(
@@ -81,26 +81,29 @@ fn print_report(r: &ProbeReport) {
     for line in &rec.set {
         println!("  {line}");
     }
-    if let [current, other, ..] = r.layouts.as_slice() {
-        println!("session layouts at {} tokens a call:", rec.batch_tokens);
+    if r.layouts.len() >= 2 {
+        println!("session layouts at {} tokens a call, timed in turn {LAYOUT_ROUNDS} times:", rec.batch_tokens);
         for l in &r.layouts {
+            let (lo, hi) = l.spread();
             println!(
-                "  {} session(s) x {} thread(s): {:.0} useful tokens/s, peak {}",
+                "  {} session(s) x {} thread(s): {:.0} useful tokens/s (rounds {lo:.0}–{hi:.0}), working memory {}",
                 l.sessions_per_device,
                 l.intra_threads,
                 l.useful_tokens_per_second,
-                mib(l.peak_bytes)
+                mib(l.working_bytes)
             );
         }
-        if other.useful_tokens_per_second > current.useful_tokens_per_second * (1.0 + SAME_SPEED) {
-            println!(
-                "  {:.2}x faster: SET embed.sessions_per_device = {}; SET embed.intra_threads = {};",
-                other.useful_tokens_per_second / current.useful_tokens_per_second,
-                other.sessions_per_device,
-                other.intra_threads
-            );
-        } else {
-            println!("  the single session is as fast or faster: keep the default layout");
+        match faster_layout(&r.layouts) {
+            Some((other, least, most)) => println!(
+                "  {least:.2}x–{most:.2}x faster in every round: SET embed.sessions_per_device = {}; SET \
+                 embed.intra_threads = {};",
+                other.sessions_per_device, other.intra_threads
+            ),
+            None => println!(
+                "  no layout beat the default in every round by more than {:.0}% (the rounds' spread is this \
+                 machine's noise): keep the default layout",
+                SAME_SPEED * 100.0
+            ),
         }
     }
 }

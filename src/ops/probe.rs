@@ -125,8 +125,38 @@ pub struct Recommendation {
 pub struct Layout {
     pub sessions_per_device: usize,
     pub intra_threads: usize,
+    /// The median of its rounds' rates.
     pub useful_tokens_per_second: f64,
+    /// The highest peak of its rounds (see [`ProbeReport::memory`]).
     pub peak_bytes: u64,
+    /// Each round's useful tokens per second: the layouts are timed in turn, [`LAYOUT_ROUNDS`] times, so that
+    /// a change of load on the machine reaches both (absent in reports from before).
+    #[serde(default)]
+    pub rates: Vec<f64>,
+    /// Its working memory: the highest peak less the memory in use when its round began, bytes.
+    #[serde(default)]
+    pub working_bytes: u64,
+}
+
+/// How many times each layout is timed, in turn.
+pub const LAYOUT_ROUNDS: usize = 3;
+
+impl Layout {
+    /// Its slowest and fastest round.
+    pub fn spread(&self) -> (f64, f64) {
+        let rates =
+            if self.rates.is_empty() { std::slice::from_ref(&self.useful_tokens_per_second) } else { &self.rates };
+        rates.iter().fold((f64::MAX, 0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)))
+    }
+}
+
+/// The layout to advise over the first (the default), if any: one whose slowest round beat the default's
+/// fastest by more than [`SAME_SPEED`], so that the advice is not the machine's noise. With it, how much faster
+/// (its slowest round over the default's fastest, and its fastest over the default's slowest).
+pub fn faster_layout(layouts: &[Layout]) -> Option<(&Layout, f64, f64)> {
+    let [current, other, ..] = layouts else { return None };
+    let ((c_lo, c_hi), (o_lo, o_hi)) = (current.spread(), other.spread());
+    (o_lo > c_hi * (1.0 + SAME_SPEED)).then(|| (other, o_lo / c_hi.max(1e-9), o_hi / c_lo.max(1e-9)))
 }
 
 /// Probe the first write into Lance of the job file. A report with no recommendation is returned as found:
@@ -445,7 +475,8 @@ fn recommend(steps: &[Step], stopped: &str, longest_tokens: usize, max_batch_row
     Some(Recommendation { batch_tokens: pick.batch_tokens, max_batch_rows: max_rows, why, set })
 }
 
-/// The layouts worth comparing on this device, each run on four calls of `batch_tokens` after a warm-up.
+/// The layouts worth comparing on this device, timed in turn [`LAYOUT_ROUNDS`] times: each round loads the layout,
+/// warms it up on one call and times four calls of `batch_tokens`, and frees it before the next.
 fn try_layouts(
     options: &EmbedOptions,
     meter: &Meter,
@@ -464,21 +495,40 @@ fn try_layouts(
     let rows = (batch_tokens / padded).max(1);
     let texts: Vec<Option<&str>> = (0..rows * 4).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
     let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
-    let mut layouts = Vec::new();
-    for (sessions, intra) in candidates {
-        let layout = EmbedOptions { sessions_per_device: sessions, intra_threads: intra, ..options.clone() };
-        let embedder = layout.embedder()?;
-        meter.reset();
-        embedder.embed(&texts, &settings)?;
-        let started = Instant::now();
-        let useful = embedder.embed(&texts, &settings)?.stats.useful_tokens;
-        let rate = useful as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        layouts.push(Layout {
+    let mut layouts: Vec<Layout> = candidates
+        .iter()
+        .map(|&(sessions, intra)| Layout {
             sessions_per_device: sessions,
             intra_threads: intra,
-            useful_tokens_per_second: rate,
-            peak_bytes: meter.peak(),
-        });
+            useful_tokens_per_second: 0.0,
+            peak_bytes: 0,
+            rates: Vec::new(),
+            working_bytes: 0,
+        })
+        .collect();
+    for _ in 0..LAYOUT_ROUNDS {
+        for l in layouts.iter_mut() {
+            let options = EmbedOptions {
+                sessions_per_device: l.sessions_per_device,
+                intra_threads: l.intra_threads,
+                ..options.clone()
+            };
+            meter.reset();
+            let before = meter.now();
+            let embedder = options.embedder()?;
+            embedder.embed(&texts[..rows], &settings)?;
+            let started = Instant::now();
+            let useful = embedder.embed(&texts, &settings)?.stats.useful_tokens;
+            l.rates.push(useful as f64 / started.elapsed().as_secs_f64().max(1e-9));
+            let peak = meter.peak();
+            l.peak_bytes = l.peak_bytes.max(peak);
+            l.working_bytes = l.working_bytes.max(peak.saturating_sub(before));
+        }
+    }
+    for l in layouts.iter_mut() {
+        let mut sorted = l.rates.clone();
+        sorted.sort_by(f64::total_cmp);
+        l.useful_tokens_per_second = sorted[sorted.len() / 2];
     }
     Ok(layouts)
 }
@@ -560,6 +610,34 @@ mod tests {
             fits,
             error: None,
         }
+    }
+
+    fn layout(sessions: usize, rates: &[f64]) -> Layout {
+        Layout {
+            sessions_per_device: sessions,
+            intra_threads: 2 / sessions,
+            useful_tokens_per_second: rates.get(rates.len() / 2).copied().unwrap_or(4000.0),
+            peak_bytes: 0,
+            rates: rates.to_vec(),
+            working_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_layout_is_advised_only_when_it_wins_every_round_beyond_the_noise() {
+        // Issue 53: a median 1.45x faster, with rounds that overlap the default's, is the machine's noise.
+        let noisy = [layout(1, &[4000.0, 5500.0, 4400.0]), layout(2, &[3900.0, 6400.0, 7000.0])];
+        assert!(faster_layout(&noisy).is_none());
+        // Within 3% of the default's fastest round: no advice either.
+        let close = [layout(1, &[4000.0, 4100.0, 4050.0]), layout(2, &[4200.0, 4220.0, 4210.0])];
+        assert!(faster_layout(&close).is_none());
+        let clear = [layout(1, &[4000.0, 4100.0, 4050.0]), layout(2, &[5000.0, 5200.0, 5100.0])];
+        let (advised, least, most) = faster_layout(&clear).unwrap();
+        assert_eq!(advised.sessions_per_device, 2);
+        assert!((least - 5000.0 / 4100.0).abs() < 1e-9 && (most - 5200.0 / 4000.0).abs() < 1e-9);
+        // A report from before the rounds: its one rate is its spread.
+        let old = [layout(1, &[]), layout(2, &[])];
+        assert!(faster_layout(&old).is_none());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, UnitSize, counting_input, current_plan, load_job, make_plan, plan_dir};
-use super::probe::{ProbeReport, SAME_SPEED, probe, read_longest};
+use super::probe::{ProbeReport, probe, read_longest};
 use crate::campaign::metrics::{HostShare, usable_cores};
 use crate::campaign::plan::{Histogram, PLAN_FILE, Plan, PlanInUse, Totals, UNIT_COLUMN, Unit, WORK_LIST_FILE};
 use crate::campaign::trial::Prediction;
@@ -269,7 +269,7 @@ async fn trial(
     } else {
         let report = probe_and_set(ctx, &options, args.memory_budget, &dir, &text, &plan_from).await?;
         options = EmbedOptions::from_config(ctx.state().config_options());
-        ("the probe".to_string(), Some(report))
+        (probed_from(&report), Some(report))
     };
     let (settings, model_load) = chosen_settings(&options, from)?;
 
@@ -465,9 +465,7 @@ async fn probe_and_set(
         )));
     };
     let mut set = rec.set.clone();
-    if let [current, other, ..] = report.layouts.as_slice()
-        && other.useful_tokens_per_second > current.useful_tokens_per_second * (1.0 + SAME_SPEED)
-    {
+    if let Some((other, _, _)) = super::probe::faster_layout(&report.layouts) {
         set.push(format!("SET embed.sessions_per_device = {};", other.sessions_per_device));
         set.push(format!("SET embed.intra_threads = {};", other.intra_threads));
     }
@@ -475,6 +473,15 @@ async fn probe_and_set(
         ctx.sql(line).await?.collect().await?;
     }
     Ok(report)
+}
+
+/// Where the probe's settings came from, in words: it says so when the layout is not the default, which the probe
+/// found slower in every round.
+fn probed_from(report: &ProbeReport) -> String {
+    match super::probe::faster_layout(&report.layouts) {
+        Some(_) => "the probe, with the session layout it found faster in every round".into(),
+        None => "the probe".into(),
+    }
 }
 
 /// The warm-up: `texts` embedded untimed, then once more timed; its useful tokens per second.

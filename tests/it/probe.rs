@@ -63,6 +63,12 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert_eq!(steps[0]["batch_tokens"], 512);
     assert_eq!(free["longest_from"], "a tokenising pass over the corpus");
     assert!(steps.windows(2).all(|w| w[1]["batch_tokens"].as_u64() == w[0]["batch_tokens"].as_u64().map(|b| b * 2)));
+    // The session layouts (two where the CPU has two threads or more), each timed in turn three times.
+    for l in free["layouts"].as_array().unwrap() {
+        let rates = l["rates"].as_array().unwrap();
+        assert!(rates.len() == 3 && rates.iter().all(|r| r.as_f64().unwrap() > 0.0), "{l}");
+        assert!(l["working_bytes"].as_u64().unwrap() <= l["peak_bytes"].as_u64().unwrap(), "{l}");
+    }
 
     // The 48 GB split: the weights' bytes from the graph (the int8 model's file is its weights and a little
     // graph), the working memory per step, and a statement per card.
