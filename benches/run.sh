@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python | ceiling
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | advice | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python | ceiling
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -208,6 +208,72 @@ print(f"| 1 x {threads} (the CPU default) | {one:.1f} | {useful/one:,.0f} |")
 print(f"| 2 x {half} | {two:.1f} | {useful/two:,.0f} |")
 print(f"\n**2 sessions / 1 session = {one/two:.2f}x** in useful tokens/s; the vectors match (min cosine {cmp['min_cosine']:.7f},")
 print(f"max abs difference {cmp['max_abs_diff']:.1e}).\n")
+PY
+}
+
+section_advice() {
+  # Issue 53: is the probe's layout advice what whole runs confirm? Three probes of 2,000 documents, then whole
+  # runs of both layouts at the probe's batch setting, alternated three times; and a trial of the whole corpus at
+  # its defaults (probe included), whose peak memory must stay within the probe's budget. About 15 minutes.
+  local n=2000 threads half rounds=3
+  threads=$(nproc)
+  half=$(( threads / 2 > 0 ? threads / 2 : 1 ))
+  corpus $n 1 "$WORK/a.jsonl"
+  job "$WORK/probe.sql" "$WORK/a.jsonl" "$WORK/probe.lance"
+  for i in $(seq 1 $rounds); do "$PIPELINE" probe "$WORK/probe.sql" --json > "$WORK/probe$i.json"; done
+  local bt
+  bt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["recommended"]["batch_tokens"])' "$WORK/probe1.json")
+  job "$WORK/one.sql" "$WORK/a.jsonl" "$WORK/one.lance" "SET embed.batch_tokens = $bt" "SET embed.intra_threads = $threads"
+  job "$WORK/two.sql" "$WORK/a.jsonl" "$WORK/two.lance" "SET embed.batch_tokens = $bt" \
+    "SET embed.intra_threads = $half" "SET embed.sessions_per_device = 2"
+  : > "$WORK/walls"
+  for i in $(seq 1 $rounds); do
+    rm -rf "$WORK/one.lance" "$WORK/two.lance"
+    read -r w1 _ < <(measure "$WORK/one.sql")
+    read -r w2 _ < <(measure "$WORK/two.sql")
+    echo "$w1 $w2" >> "$WORK/walls"
+  done
+  "$PIPELINE" inspect "$WORK/one.lance" --json > "$WORK/one.json"
+  corpus 100000000 1 "$WORK/all.jsonl"
+  job "$WORK/all.sql" "$WORK/all.jsonl" "$WORK/all.lance"
+  /usr/bin/time -f "%e %M" -o "$WORK/trial.time" "$PIPELINE" trial "$WORK/all.sql" --minutes 1 --save "$WORK/trial.json" \
+    > /dev/null
+  python3 - "$n" "$threads" "$half" "$rounds" "$WORK" > "$RESULTS_DIR/advice.md" <<'PY'
+import json, statistics, sys
+n, threads, half, rounds = map(int, sys.argv[1:5])
+work = sys.argv[5]
+probes = [json.load(open(f"{work}/probe{i}.json")) for i in range(1, rounds + 1)]
+useful = sum(v["run"]["useful_tokens"] for v in json.load(open(f"{work}/one.json"))["versions"] if v.get("run"))
+walls = [tuple(map(float, l.split())) for l in open(f"{work}/walls")]
+one = [useful / a for a, _ in walls]
+two = [useful / b for _, b in walls]
+trial = json.load(open(f"{work}/trial.json"))
+wall, rss_kib = open(f"{work}/trial.time").read().split()
+budget = trial["probe"]["budget_bytes"]
+print("## Probe advice against whole runs, and a trial's memory\n")
+print(f"Three `pipeline probe` runs on the first {n:,} documents of debian_desc_en, then whole `pipeline run`s of both")
+print(f"session layouts at the first probe's batch setting ({probes[0]['recommended']['batch_tokens']} tokens), alternated {rounds} times.\n")
+print("| probe | recommended batch_tokens | settings within the noise | layout rounds, useful tokens/s | advised layout |")
+print("|---|---|---|---|---|")
+for i, p in enumerate(probes, 1):
+    rec = p["recommended"]
+    lay = "; ".join(f"{l['sessions_per_device']} x {l['intra_threads']}: " + ", ".join(f"{r:,.0f}" for r in l.get("rates", [])) for l in p["layouts"])
+    adv = p.get("advised_layout")
+    print(f"| {i} | {rec['batch_tokens']:,} | {', '.join(map(str, rec.get('alike', [])))} (noise {rec.get('noise', 0)*100:.0f}%) | {lay} | {'%d x %d' % tuple(adv) if adv else 'the default'} |")
+print()
+print("| whole runs | useful tokens/s, each round | median |")
+print("|---|---|---|")
+print(f"| 1 x {threads} (the CPU default) | {', '.join(f'{r:,.0f}' for r in one)} | {statistics.median(one):,.0f} |")
+print(f"| 2 x {half} | {', '.join(f'{r:,.0f}' for r in two)} | {statistics.median(two):,.0f} |")
+advised = [p.get("advised_layout") for p in probes]
+ratio = statistics.median(two) / statistics.median(one)
+print(f"\n2 x {half} / 1 x {threads} in whole runs: **{ratio:.2f}x**. The probes advised 2 x {half} in "
+      f"{sum(1 for a in advised if a)} of {rounds}; an advice is only given when the other layout won every round "
+      "beyond the noise, so a layout that runs slower in whole runs must not be advised.\n")
+print(f"**Trial of the whole corpus** ({trial['corpus']['rows']:,} documents, `pipeline trial --minutes 1`, probe included, "
+      f"batch_tokens {trial['settings']['batch_tokens']}): {float(wall):.0f} s, peak RSS **{int(rss_kib)/1024:,.0f} MiB** "
+      f"(`/usr/bin/time`), {'within' if int(rss_kib) * 1024 <= budget else 'PAST'} the probe's budget of {budget/2**20:,.0f} MiB "
+      f"({trial['probe']['budget_from']}).\n")
 PY
 }
 

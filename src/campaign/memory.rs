@@ -39,6 +39,17 @@ pub fn reset_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
+/// Hand the heap's free memory back to the system (glibc keeps freed blocks for reuse, so the resident set
+/// would go on counting a freed model and its calls): after a step whose memory must not be counted in the
+/// next. Elsewhere nothing.
+pub fn give_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap memory; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Memory the system can give without swapping.
 pub fn available() -> Option<u64> {
     field("/proc/meminfo", "MemAvailable:")

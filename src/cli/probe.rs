@@ -84,11 +84,15 @@ fn print_report(r: &ProbeReport) {
     if r.layouts.len() >= 2 {
         println!("session layouts at {} tokens a call, timed in turn {LAYOUT_ROUNDS} times:", rec.batch_tokens);
         for l in &r.layouts {
+            let what = format!("  {} session(s) x {} thread(s)", l.sessions_per_device, l.intra_threads);
+            let skipped = l.skipped.as_deref().map(|why| format!(" ({why})")).unwrap_or_default();
+            if l.rates.is_empty() {
+                println!("{what}:{skipped}");
+                continue;
+            }
             let (lo, hi) = l.spread();
             println!(
-                "  {} session(s) x {} thread(s): {:.0} useful tokens/s (rounds {lo:.0}–{hi:.0}), working memory {}",
-                l.sessions_per_device,
-                l.intra_threads,
+                "{what}: {:.0} useful tokens/s (rounds {lo:.0}–{hi:.0}), working memory {}{skipped}",
                 l.useful_tokens_per_second,
                 mib(l.working_bytes)
             );
@@ -99,6 +103,9 @@ fn print_report(r: &ProbeReport) {
                  embed.intra_threads = {};",
                 other.sessions_per_device, other.intra_threads
             ),
+            None if r.layouts.iter().any(|l| l.skipped.is_some()) => {
+                println!("  a layout that does not fit the memory budget is not advised: keep the default layout")
+            }
             None => println!(
                 "  no layout beat the default in every round by more than {:.0}% (the rounds' spread is this \
                  machine's noise): keep the default layout",

@@ -26,3 +26,13 @@ pub fn get_or_load(dir: &Path, placement: Placement) -> Result<Arc<Embedder>> {
     map.insert(key, Arc::clone(&embedder));
     Ok(embedder)
 }
+
+/// Forget the shared embedder for a model directory and placement: it is freed (its session and the memory
+/// its calls took) once no query holds it, and the next [`get_or_load`] loads it again. For a caller that
+/// measures memory step by step and must not carry one step's memory into the next.
+pub fn release(dir: &Path, placement: &Placement) {
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    if let Some(models) = MODELS.get() {
+        models.lock().unwrap_or_else(|e| e.into_inner()).remove(&(canonical, placement.clone()));
+    }
+}

@@ -54,6 +54,9 @@ const LONGEST_TEXTS: usize = 512;
 const MARGIN: f64 = 0.8;
 /// Rates within this share of each other count as the same: timing noise.
 pub const SAME_SPEED: f64 = 0.03;
+/// The most noise steps are judged by: a spread wider than this (a machine under other load) is stated, but steps
+/// further apart are told apart anyway.
+pub const MOST_NOISE: f64 = 0.10;
 /// Timed calls per step, at least, after one untimed call of the same shape; more until they have taken
 /// [`MIN_TIMED_SECONDS`] (a CPU's small calls take a tenth of a second, and two of them are noise).
 const TIMED_CALLS: u32 = 2;
@@ -84,6 +87,10 @@ pub struct ProbeReport {
     pub recommended: Option<Recommendation>,
     /// Session layouts tried at the recommended setting.
     pub layouts: Vec<Layout>,
+    /// The layout advised over the default (sessions per device, intra-op threads), when one is (see
+    /// [`faster_layout`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advised_layout: Option<(usize, usize)>,
     /// How a 48 GB and an 80 GB card divide between this model and its calls (absent in reports from
     /// before it was measured, and when no step fitted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,6 +109,9 @@ pub struct Step {
     #[serde(default)]
     pub working_bytes: u64,
     pub useful_tokens_per_second: f64,
+    /// How far its timed calls' rates spread: (fastest - slowest) / fastest (0 in reports from before).
+    #[serde(default)]
+    pub spread: f64,
     /// Whether the peak stayed within the budget's margin.
     pub fits: bool,
     /// The failure of the step's call, if it failed.
@@ -116,6 +126,14 @@ pub struct Recommendation {
     /// Set when the default `embed.max_batch_rows` would cut the recommended calls short.
     pub max_batch_rows: Option<usize>,
     pub why: String,
+    /// The settings that ran as fast as it within the noise (it among them): a probe run again may pick any of
+    /// them (empty in reports from before).
+    #[serde(default)]
+    pub alike: Vec<usize>,
+    /// The noise they were judged by: the larger of [`SAME_SPEED`] and the spread of the fitting steps' calls,
+    /// at most [`MOST_NOISE`].
+    #[serde(default)]
+    pub noise: f64,
     /// The SET lines to paste into the job.
     pub set: Vec<String>,
 }
@@ -136,12 +154,29 @@ pub struct Layout {
     /// Its working memory: the highest peak less the memory in use when its round began, bytes.
     #[serde(default)]
     pub working_bytes: u64,
+    /// Why it was not timed, or not timed again: its sessions would pass, or passed, the memory budget's margin.
+    /// Such a layout is never advised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// How many times each layout is timed, in turn.
 pub const LAYOUT_ROUNDS: usize = 3;
 
 impl Layout {
+    /// A layout before its first round.
+    fn untimed(sessions_per_device: usize, intra_threads: usize) -> Self {
+        Self {
+            sessions_per_device,
+            intra_threads,
+            useful_tokens_per_second: 0.0,
+            peak_bytes: 0,
+            rates: Vec::new(),
+            working_bytes: 0,
+            skipped: None,
+        }
+    }
+
     /// Its slowest and fastest round.
     pub fn spread(&self) -> (f64, f64) {
         let rates =
@@ -151,10 +186,14 @@ impl Layout {
 }
 
 /// The layout to advise over the first (the default), if any: one whose slowest round beat the default's
-/// fastest by more than [`SAME_SPEED`], so that the advice is not the machine's noise. With it, how much faster
+/// fastest by more than [`SAME_SPEED`], so that the advice is not the machine's noise, and whose every round fitted
+/// the memory budget (as did the default's). With it, how much faster
 /// (its slowest round over the default's fastest, and its fastest over the default's slowest).
 pub fn faster_layout(layouts: &[Layout]) -> Option<(&Layout, f64, f64)> {
     let [current, other, ..] = layouts else { return None };
+    if [current, other].iter().any(|l| l.skipped.is_some() || l.rates.len() < LAYOUT_ROUNDS) {
+        return None;
+    }
     let ((c_lo, c_hi), (o_lo, o_hi)) = (current.spread(), other.spread());
     (o_lo > c_hi * (1.0 + SAME_SPEED)).then(|| (other, o_lo / c_hi.max(1e-9), o_hi / c_lo.max(1e-9)))
 }
@@ -277,6 +316,7 @@ pub fn probe(
     // The process before the command loaded its model (noted at its start): what loading added is the session's
     // share on the CPU.
     let before_load = memory::before_load().unwrap_or(0);
+    let placement = options.placement()?;
     let embedder = options.embedder()?;
     let (settings, _) = Fingerprint::for_options(options)?;
     let longest_tokens = longest[0].1.max(1);
@@ -289,22 +329,31 @@ pub fn probe(
             format!("90% of {}, plus what the loaded model holds", meter.free_what()),
         ),
     };
-    let usable = (budget_bytes as f64 * MARGIN) as u64;
-    let (mut steps, stopped) = climb(embedder.as_ref(), &meter, &settings, longest, (loaded, usable), max_batch_tokens);
+    let room = Room { loaded, usable: (budget_bytes as f64 * MARGIN) as u64, sessions: placement.sessions_per_device };
+    let (mut steps, stopped) = climb(embedder.as_ref(), &meter, &settings, longest, &room, max_batch_tokens);
     let mut recommended = recommend(&steps, &stopped, longest_tokens, options.max_batch_rows);
     if let Some(r) = recommended.as_mut() {
         r.set.push(format!("SET embed.memory_budget = '{}MiB';", budget_bytes >> 20));
-    }
-    let mut layouts = Vec::new();
-    if let Some(r) = &recommended {
-        layouts = try_layouts(options, &meter, &settings, longest, r.batch_tokens)?;
     }
     for step in &mut steps {
         step.working_bytes = step.peak_bytes.saturating_sub(loaded);
     }
     let split = memory_split(embedder.as_ref(), &meter, &steps, loaded, before_load, longest_tokens)?;
+    let device = embedder.device().clone();
+    // The steps' memory (the model's arena keeps what its largest call took) is not carried into the layouts,
+    // nor into the run a trial makes next.
+    drop(embedder);
+    crate::model::registry::release(&options.model_dir(), &placement);
+    memory::give_back();
+    let mut layouts = Vec::new();
+    if let Some(r) = &recommended {
+        let working = steps.iter().find(|s| s.batch_tokens == r.batch_tokens).map_or(0, |s| s.working_bytes);
+        let per_session = loaded.saturating_sub(meter.now()) / room.sessions.max(1) as u64;
+        layouts =
+            try_layouts(options, &meter, &settings, longest, r.batch_tokens, (per_session + working, room.usable))?;
+    }
     Ok(ProbeReport {
-        device: embedder.device().clone(),
+        device,
         longest_tokens,
         longest_from: String::new(),
         budget_bytes,
@@ -314,26 +363,57 @@ pub fn probe(
         steps,
         stopped,
         recommended,
+        advised_layout: faster_layout(&layouts).map(|(l, _, _)| (l.sessions_per_device, l.intra_threads)),
         layouts,
         split,
     })
 }
 
+/// The memory a probe's steps may take: `loaded` held with the model loaded (its run's `sessions` sessions), and
+/// `usable`, the budget's share a setting may reach.
+struct Room {
+    loaded: u64,
+    usable: u64,
+    sessions: usize,
+}
+
+impl Room {
+    /// What a run needs at a step that peaked at `peak` with one call in flight: each of its sessions makes
+    /// such calls at once, so every session but the one measured adds the step's working memory.
+    fn need(&self, peak: u64) -> u64 {
+        peak + (self.sessions.max(1) as u64 - 1) * peak.saturating_sub(self.loaded)
+    }
+
+    /// "peaked at X" for one session; with more, what they need together.
+    fn peaked(&self, peak: u64) -> String {
+        match self.sessions {
+            0 | 1 => format!("peaked at {}", mib(peak)),
+            n => format!(
+                "peaked at {}, about {} with the run's {n} sessions calling at once",
+                mib(peak),
+                mib(self.need(peak))
+            ),
+        }
+    }
+}
+
 /// Calls of the longest texts, doubling their tokens from the first step, until one fails, passes the
-/// usable memory (`usable`, with `loaded` held by the model), would pass it at the next step, reaches
-/// `max_batch_tokens`, or runs no faster: each step measured, and why it stopped.
+/// usable memory (with each of the run's sessions making such a call at once), would pass it at the next step,
+/// reaches `max_batch_tokens`, or runs no faster: each step measured, and why it stopped.
 fn climb(
     embedder: &dyn TextEmbedder,
     meter: &Meter,
     settings: &CallSettings,
     longest: &[(String, usize)],
-    (loaded, usable): (u64, u64),
+    room: &Room,
     max_batch_tokens: usize,
 ) -> (Vec<Step>, String) {
     let mut steps: Vec<Step> = Vec::new();
     let mut batch_tokens = FIRST_BATCH_TOKENS.max(longest[0].1.max(1)).next_power_of_two();
+    let margin = format!("({:.0}% of the budget)", MARGIN * 100.0);
     let stopped = loop {
-        let step = measure(embedder, meter, settings, longest, batch_tokens, usable);
+        let mut step = measure(embedder, meter, settings, longest, batch_tokens);
+        step.fits = step.error.is_none() && room.need(step.peak_bytes) <= room.usable;
         let (fits, failed, peak) = (step.fits, step.error.clone(), step.peak_bytes);
         steps.push(step);
         if let Some(e) = failed {
@@ -341,22 +421,20 @@ fn climb(
         }
         if !fits {
             break format!(
-                "the call of {batch_tokens} tokens peaked at {}, past {} ({:.0}% of the budget)",
-                mib(peak),
-                mib(usable),
-                MARGIN * 100.0
+                "the call of {batch_tokens} tokens {}, past {} {margin}",
+                room.peaked(peak),
+                mib(room.usable)
             );
         }
         // Memory grows about linearly with the tokens of a call: doubling them adds what they took.
-        let previous = steps.iter().rev().nth(1).map_or(loaded, |s| s.peak_bytes);
-        let next = peak + peak.saturating_sub(previous).max(peak.saturating_sub(loaded));
-        if next > usable {
+        let previous = steps.iter().rev().nth(1).map_or(room.loaded, |s| s.peak_bytes);
+        let next = room.need(peak + peak.saturating_sub(previous).max(peak.saturating_sub(room.loaded)));
+        if next > room.usable {
             break format!(
-                "the next step ({} tokens) would need about {}, past {} ({:.0}% of the budget)",
+                "the next step ({} tokens) would need about {}, past {} {margin}",
                 batch_tokens * 2,
                 mib(next),
-                mib(usable),
-                MARGIN * 100.0
+                mib(room.usable),
             );
         }
         if batch_tokens * 2 > max_batch_tokens {
@@ -399,34 +477,39 @@ fn memory_split(
     )))
 }
 
-/// Calls of `batch_tokens` padded tokens on the longest texts: one untimed, then [`TIMED_CALLS`] timed.
+/// Calls of `batch_tokens` padded tokens on the longest texts: one untimed, then [`TIMED_CALLS`] timed. Whether
+/// the step fits is the caller's to say.
 fn measure(
     embedder: &dyn TextEmbedder,
     meter: &Meter,
     settings: &CallSettings,
     longest: &[(String, usize)],
     batch_tokens: usize,
-    usable: u64,
 ) -> Step {
     let padded = longest[0].1.max(1);
     let rows = (batch_tokens / padded).max(1);
     let texts: Vec<Option<&str>> = (0..rows).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
     let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
     meter.reset();
-    let timed = (|| -> crate::Result<f64> {
+    let timed = (|| -> crate::Result<(f64, f64)> {
         embedder.embed(&texts, &settings)?;
         let started = Instant::now();
-        let (mut useful, mut calls) = (0, 0);
-        while calls < TIMED_CALLS || (started.elapsed().as_secs_f64() < MIN_TIMED_SECONDS && calls < MAX_TIMED_CALLS) {
-            useful += embedder.embed(&texts, &settings)?.stats.useful_tokens;
-            calls += 1;
+        let (mut useful, mut rates) = (0, Vec::new());
+        while rates.len() < TIMED_CALLS as usize
+            || (started.elapsed().as_secs_f64() < MIN_TIMED_SECONDS && rates.len() < MAX_TIMED_CALLS as usize)
+        {
+            let call = Instant::now();
+            let tokens = embedder.embed(&texts, &settings)?.stats.useful_tokens;
+            rates.push(tokens as f64 / call.elapsed().as_secs_f64().max(1e-9));
+            useful += tokens;
         }
-        Ok(useful as f64 / started.elapsed().as_secs_f64().max(1e-9))
+        let (lo, hi) = rates.iter().fold((f64::MAX, 0f64), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        Ok((useful as f64 / started.elapsed().as_secs_f64().max(1e-9), (hi - lo) / hi.max(1e-9)))
     })();
     let peak_bytes = meter.peak();
-    let (rate, error) = match timed {
-        Ok(rate) => (rate, None),
-        Err(e) => (0.0, Some(crate::error::plain(&e.to_string()))),
+    let ((rate, spread), error) = match timed {
+        Ok(r) => (r, None),
+        Err(e) => ((0.0, 0.0), Some(crate::error::plain(&e.to_string()))),
     };
     Step {
         batch_tokens,
@@ -435,7 +518,8 @@ fn measure(
         peak_bytes,
         working_bytes: 0,
         useful_tokens_per_second: rate,
-        fits: error.is_none() && peak_bytes <= usable,
+        spread,
+        fits: false,
         error,
     }
 }
@@ -450,39 +534,65 @@ fn plateau(steps: &[Step]) -> bool {
     steps[n - 2..].iter().all(|s| s.useful_tokens_per_second < best * (1.0 + SAME_SPEED))
 }
 
-/// The fastest step that fits; among steps within noise of it, the smallest (less memory for the same speed).
+/// The fastest step that fits; among steps within noise of it, the smallest (less memory for the same speed). The
+/// noise is the calls' own spread where it is wider than [`SAME_SPEED`] (up to [`MOST_NOISE`]), and the steps
+/// within it are named: on a device whose speed hardly depends on the setting, which of them a probe picks is
+/// chance.
 fn recommend(steps: &[Step], stopped: &str, longest_tokens: usize, max_batch_rows: usize) -> Option<Recommendation> {
     let fitting: Vec<&Step> = steps.iter().filter(|s| s.fits).collect();
     let best = fitting.iter().map(|s| s.useful_tokens_per_second).fold(0.0, f64::max);
-    let pick = fitting.iter().find(|s| s.useful_tokens_per_second >= best * (1.0 - SAME_SPEED))?;
+    let noise = fitting.iter().map(|s| s.spread).fold(SAME_SPEED, f64::max).min(MOST_NOISE);
+    let alike: Vec<&Step> =
+        fitting.iter().copied().filter(|s| s.useful_tokens_per_second >= best * (1.0 - noise)).collect();
+    let pick = *alike.first()?;
     let largest_fitting = fitting.last().is_some_and(|s| s.batch_tokens == pick.batch_tokens);
-    let why = if largest_fitting && (steps.len() > fitting.len() || stopped.contains("budget")) {
+    let mut why = if largest_fitting && (steps.len() > fitting.len() || stopped.contains("budget")) {
         format!("the largest setting that fits the memory budget with a margin ({stopped})")
     } else if largest_fitting {
         format!("the fastest setting tried ({stopped})")
     } else {
         format!(
             "the fastest that fits: larger calls ran no faster (within {:.0}%), so they would only take more memory",
-            SAME_SPEED * 100.0
+            noise * 100.0
         )
     };
+    if alike.len() > 1 {
+        let last = alike.last().map_or(pick.batch_tokens, |s| s.batch_tokens);
+        why.push_str(&format!(
+            "; the {} settings from {} to {last} tokens ran within {:.0}% of each other, the calls' own noise, so \
+             the speed hardly depends on the setting here and a probe run again may pick another of them",
+            alike.len(),
+            pick.batch_tokens,
+            noise * 100.0
+        ));
+    }
     let rows = (pick.batch_tokens / longest_tokens).max(1);
     let max_rows = (rows > max_batch_rows).then_some(rows);
     let mut set = vec![format!("SET embed.batch_tokens = {};", pick.batch_tokens)];
     if let Some(r) = max_rows {
         set.push(format!("SET embed.max_batch_rows = {r};"));
     }
-    Some(Recommendation { batch_tokens: pick.batch_tokens, max_batch_rows: max_rows, why, set })
+    Some(Recommendation {
+        batch_tokens: pick.batch_tokens,
+        max_batch_rows: max_rows,
+        why,
+        alike: alike.iter().map(|s| s.batch_tokens).collect(),
+        noise,
+        set,
+    })
 }
 
 /// The layouts worth comparing on this device, timed in turn [`LAYOUT_ROUNDS`] times: each round loads the layout,
-/// warms it up on one call and times four calls of `batch_tokens`, and frees it before the next.
+/// warms it up on one call, times four calls of `batch_tokens`, and frees it before the next. A layout is not
+/// loaded where its sessions would pass `usable` (each needing `per_session`: its model and a call's working
+/// memory), nor loaded again once a round of it peaked past it; such a layout says why and is never advised.
 fn try_layouts(
     options: &EmbedOptions,
     meter: &Meter,
     settings: &CallSettings,
     longest: &[(String, usize)],
     batch_tokens: usize,
+    (per_session, usable): (u64, u64),
 ) -> Result<Vec<Layout>> {
     let placement = options.placement()?;
     let threads = placement.intra_threads.max(1);
@@ -495,37 +605,38 @@ fn try_layouts(
     let rows = (batch_tokens / padded).max(1);
     let texts: Vec<Option<&str>> = (0..rows * 4).map(|i| Some(longest[i % longest.len()].0.as_str())).collect();
     let settings = CallSettings { batch_tokens, max_batch_rows: rows, ..settings.clone() };
-    let mut layouts: Vec<Layout> = candidates
-        .iter()
-        .map(|&(sessions, intra)| Layout {
-            sessions_per_device: sessions,
-            intra_threads: intra,
-            useful_tokens_per_second: 0.0,
-            peak_bytes: 0,
-            rates: Vec::new(),
-            working_bytes: 0,
-        })
-        .collect();
+    let mut layouts: Vec<Layout> = candidates.iter().map(|&(s, t)| Layout::untimed(s, t)).collect();
     for _ in 0..LAYOUT_ROUNDS {
-        for l in layouts.iter_mut() {
+        for l in layouts.iter_mut().filter(|l| l.skipped.is_none()) {
+            let before = meter.now();
+            let need = before + l.sessions_per_device as u64 * per_session;
+            if need > usable {
+                l.skipped = Some(format!("not timed: it would need about {}, past {}", mib(need), mib(usable)));
+                continue;
+            }
             let options = EmbedOptions {
                 sessions_per_device: l.sessions_per_device,
                 intra_threads: l.intra_threads,
                 ..options.clone()
             };
             meter.reset();
-            let before = meter.now();
             let embedder = options.embedder()?;
             embedder.embed(&texts[..rows], &settings)?;
             let started = Instant::now();
             let useful = embedder.embed(&texts, &settings)?.stats.useful_tokens;
             l.rates.push(useful as f64 / started.elapsed().as_secs_f64().max(1e-9));
             let peak = meter.peak();
+            drop(embedder);
+            crate::model::registry::release(&options.model_dir(), &options.placement()?);
+            memory::give_back();
             l.peak_bytes = l.peak_bytes.max(peak);
             l.working_bytes = l.working_bytes.max(peak.saturating_sub(before));
+            if peak > usable {
+                l.skipped = Some(format!("peaked at {}, past {}: not timed again", mib(peak), mib(usable)));
+            }
         }
     }
-    for l in layouts.iter_mut() {
+    for l in layouts.iter_mut().filter(|l| !l.rates.is_empty()) {
         let mut sorted = l.rates.clone();
         sorted.sort_by(f64::total_cmp);
         l.useful_tokens_per_second = sorted[sorted.len() / 2];
@@ -607,6 +718,7 @@ mod tests {
             peak_bytes: 0,
             working_bytes: 0,
             useful_tokens_per_second: rate,
+            spread: 0.0,
             fits,
             error: None,
         }
@@ -620,6 +732,7 @@ mod tests {
             peak_bytes: 0,
             rates: rates.to_vec(),
             working_bytes: 0,
+            skipped: None,
         }
     }
 
@@ -638,6 +751,45 @@ mod tests {
         // A report from before the rounds: its one rate is its spread.
         let old = [layout(1, &[]), layout(2, &[])];
         assert!(faster_layout(&old).is_none());
+        // Issue 53: a layout whose sessions passed the memory budget is never advised, however fast.
+        let mut over = clear.clone();
+        over[1].skipped = Some("peaked at 20000 MiB, past 16000 MiB: not timed again".into());
+        assert!(faster_layout(&over).is_none());
+        let mut cut = clear.clone();
+        cut[1].rates.truncate(1);
+        assert!(faster_layout(&cut).is_none(), "one round is not every round");
+    }
+
+    #[test]
+    fn each_of_a_runs_sessions_adds_a_calls_working_memory() {
+        // Issue 53: sized for one session, a setting may not fit the two a GPU run gets by default.
+        let one = Room { loaded: 1000, usable: 5000, sessions: 1 };
+        let two = Room { sessions: 2, ..one };
+        assert_eq!(one.need(3000), 3000);
+        assert_eq!(two.need(3000), 5000);
+        assert!(two.peaked(3000).contains("with the run's 2 sessions"), "{}", two.peaked(3000));
+        assert_eq!(Room { sessions: 0, ..two }.need(3000), 3000);
+    }
+
+    #[test]
+    fn the_recommendation_names_the_settings_within_the_noise() {
+        // Issue 53: on a CPU, 1,024 to 8,192 tokens ran within a few percent, and four probes picked four of them.
+        let mut steps = vec![step(1024, 5000.0, true), step(2048, 5200.0, true), step(4096, 5100.0, true)];
+        steps.push(step(8192, 4000.0, true));
+        steps[1].spread = 0.06;
+        let r = recommend(&steps, "larger calls were no faster", 256, 256).unwrap();
+        assert_eq!(r.batch_tokens, 1024, "5000 is within the calls' 6% of 5200");
+        assert_eq!(r.alike, [1024, 2048, 4096]);
+        assert!((r.noise - 0.06).abs() < 1e-9);
+        assert!(r.why.contains("the 3 settings from 1024 to 4096 tokens ran within 6% of each other"), "{}", r.why);
+        // A spread past the cap is stated but does not erase real differences.
+        steps[1].spread = 0.5;
+        let r = recommend(&steps, "larger calls were no faster", 256, 256).unwrap();
+        assert_eq!(r.noise, MOST_NOISE);
+        assert_eq!(r.alike, [1024, 2048, 4096]);
+        // One setting alone: nothing to say about the others.
+        let r = recommend(&steps[..1], "reached --max-batch-tokens 1024", 256, 256).unwrap();
+        assert!(!r.why.contains("of each other"), "{}", r.why);
     }
 
     #[test]

@@ -101,6 +101,15 @@ fn a_probe_recommends_a_setting_that_keeps_a_run_under_its_budget() {
     assert!(set[0].starts_with("SET embed.batch_tokens = "), "{rec}");
     let chosen = probed["steps"].as_array().unwrap().iter().find(|s| s["batch_tokens"] == rec["batch_tokens"]).unwrap();
     assert!(chosen["fits"].as_bool().unwrap() && chosen["peak_bytes"].as_u64().unwrap() <= budget, "{probed}");
+    // Issue 53: the session layouts keep to the budget too: each is either left untimed, saying why, or peaked
+    // within the budget's margin; one that did not fit is never advised.
+    for l in probed["layouts"].as_array().unwrap() {
+        let within = l["peak_bytes"].as_u64().unwrap() <= budget * 4 / 5;
+        assert!(within || l["skipped"].as_str().is_some_and(|w| w.contains("past")), "{l}");
+        if l["skipped"].is_string() {
+            assert_ne!(probed["advised_layout"][0], l["sessions_per_device"], "{probed}");
+        }
+    }
     job(d, "run.sql", &set.join("\n"));
     let (peak, ok) = run_peak(d, &["run", "run.sql"]);
     assert!(ok, "the run at the recommended setting succeeds");
