@@ -79,9 +79,9 @@ pub enum Error {
     #[error(
         "interrupted: {rows} rows committed to {uri}{}; {}",
         version.map(|v| format!(" (now at version {v})")).unwrap_or_default(),
-        resume_advice(*restarted, *rows)
+        resume_advice(*restarted, *rows, *resumable_by_restart)
     )]
-    Interrupted { uri: String, rows: u64, version: Option<u64>, restarted: bool },
+    Interrupted { uri: String, rows: u64, version: Option<u64>, restarted: bool, resumable_by_restart: bool },
 
     /// A model call was not started because a stop was asked for (ctrl-C, SIGTERM).
     #[error("stopped before the next model call, as asked")]
@@ -192,16 +192,22 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 }
 
-/// What to run after an interrupted write: the same job, unless the write replaced the output's rows and committed
-/// some, when only the job without `--restart` resumes them (with it, they would be replaced again).
-fn resume_advice(restarted: bool, rows: u64) -> &'static str {
+/// What to run after an interrupted write: the same job. A restart that committed rows is resumed by the job
+/// without `--restart`, and with it too where its sources could be checked (`resumable_by_restart`; see
+/// `ops::restart`); else `--restart` would replace them again.
+fn resume_advice(restarted: bool, rows: u64, resumable_by_restart: bool) -> &'static str {
     match (restarted, rows) {
         (false, _) => "run the same job again to resume where it stopped",
         (true, 0) => "nothing was replaced, the output's rows are as they were; run the same command again to restart",
-        (true, _) => {
+        (true, _) if !resumable_by_restart => {
             "this run replaced the output's rows (--restart or SET embed.restart = true): to resume it, run the job \
              again without --restart and without SET embed.restart = true (with either, the rows just committed \
-             would be replaced again)"
+             would be replaced again: its sources are not files this machine can check)"
+        }
+        (true, _) => {
+            "this run replaced the output's rows (--restart or SET embed.restart = true): run the same job again to \
+             resume it, with or without --restart (a restart of the same query, sources and model resumes the one \
+             that stopped; once they change, --restart replaces the rows again)"
         }
     }
 }

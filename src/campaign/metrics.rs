@@ -112,6 +112,8 @@ pub struct RunMetrics {
     plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
     /// The rows left to write of each write whose ids were checked when planned, by output URI.
     ids_checked: Mutex<std::collections::HashMap<String, u64>>,
+    /// The digest of each restarting write now running (see `RunRecord::write_digest`), by output URI.
+    write_digests: Mutex<std::collections::HashMap<String, String>>,
     /// Nanoseconds the ordering stage spent tokenising that no embedded batch has been charged with yet.
     tokenizing: std::sync::atomic::AtomicU64,
     /// When kept (a trial): the moment each embedded batch was sent on, and the useful tokens sent so far.
@@ -219,6 +221,20 @@ impl RunMetrics {
     /// Writes into `uri` read their query's input again.
     pub fn forget_plan(&self, uri: &str) {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).remove(uri);
+    }
+
+    /// Note what the write into `uri` about to run writes (`RunRecord::write_digest`), or forget it (`None`).
+    pub fn note_write_digest(&self, uri: &str, digest: Option<String>) {
+        let mut digests = self.write_digests.lock().unwrap_or_else(|e| e.into_inner());
+        match digest {
+            Some(d) => digests.insert(uri.to_string(), d),
+            None => digests.remove(uri),
+        };
+    }
+
+    /// What the write into `uri` writes, when noted.
+    pub fn write_digest(&self, uri: &str) -> Option<String> {
+        self.write_digests.lock().unwrap_or_else(|e| e.into_inner()).get(uri).cloned()
     }
 
     /// Note that the ids of a write into `uri` were checked when it was planned: `rows` are left to write.

@@ -79,6 +79,17 @@ pub struct RunRecord {
     pub executors: Vec<ExecutorShare>,
     /// Whether this commit ended its write (false for the intermediate commits of a long write).
     pub last_commit: bool,
+    /// Set on the last commit of a write that did not reach its end (a stop asked for, a failure): its rows are
+    /// committed, the rest of its input is not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Set on every commit of a write that replaced the output's rows (`--restart`, `embed.restart`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarted: bool,
+    /// For a restarting write: SHA-256 of what it writes (its query, id column and its sources' files as it read
+    /// them). A restart of the same write that finds its restart unfinished resumes it instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_digest: Option<String>,
     /// This tool's version.
     pub tool_version: String,
 }
@@ -120,6 +131,9 @@ impl RunRecord {
             lineage: None,
             executors: Vec::new(),
             last_commit: true,
+            interrupted: false,
+            restarted: false,
+            write_digest: None,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -133,6 +147,12 @@ impl RunRecord {
             self.model_dir = Some(origin.dir.display().to_string());
             self.lineage = origin.lineage.map(|l| l.record);
         }
+    }
+
+    /// Whether the write that made this commit went on after it: an intermediate commit (the process was then
+    /// killed, if this is the newest), or the last commit of a write that stopped before its end.
+    pub fn unfinished(&self) -> bool {
+        !self.last_commit || self.interrupted
     }
 
     /// The embedding counters this record holds.

@@ -233,6 +233,20 @@ pub(crate) async fn latest_device(ds: &Dataset) -> Option<DeviceInfo> {
     found.1.device
 }
 
+impl LanceSink {
+    /// The error of a write that stopped on request after `writer` committed its rows.
+    fn interrupted(&self, writer: &Committer, restarted: bool) -> datafusion::error::DataFusionError {
+        Error::Interrupted {
+            uri: self.uri.clone(),
+            rows: writer.rows,
+            version: writer.version,
+            restarted,
+            resumable_by_restart: self.metrics.write_digest(&self.uri).is_some(),
+        }
+        .into()
+    }
+}
+
 #[async_trait]
 impl DataSink for LanceSink {
     fn schema(&self) -> &SchemaRef {
@@ -252,6 +266,8 @@ impl DataSink for LanceSink {
             since: Instant::now(),
             rows: 0,
             version: existing.as_ref().map(|d| d.version().version),
+            restarted: options.restart,
+            interrupted: false,
         };
         let commit_rows = options.commit_rows.max(1);
         let commit_bytes = options.commit_bytes.max(1);
@@ -287,6 +303,7 @@ impl DataSink for LanceSink {
                 }
                 Ok(Some(Err(e))) => {
                     // The rows held were embedded before the failure: keep them, then report it.
+                    writer.interrupted = true;
                     writer.commit(std::mem::take(&mut held), true).await?;
                     return Err(e);
                 }
@@ -298,15 +315,10 @@ impl DataSink for LanceSink {
                 stop_by = Some(Instant::now() + wait);
             }
             if finished || stop_by.is_some_and(|t| Instant::now() >= t) {
+                writer.interrupted = stop_by.is_some();
                 writer.commit(std::mem::take(&mut held), true).await?;
                 if stop_by.is_some() {
-                    return Err(Error::Interrupted {
-                        uri: self.uri.clone(),
-                        rows: writer.rows,
-                        version: writer.version,
-                        restarted: options.restart,
-                    }
-                    .into());
+                    return Err(self.interrupted(&writer, options.restart));
                 }
                 // A finished, tagged job run again wrote nothing, and its tag already marks the version.
                 if let (Some(v), None) = (writer.version, tag_is_current) {
@@ -359,6 +371,10 @@ struct Committer<'a> {
     rows: u64,
     /// The dataset's version after the last commit.
     version: Option<u64>,
+    /// Whether the write replaces the output's rows (every commit's record says so).
+    restarted: bool,
+    /// Whether the write ends before its input does (set before its last commit).
+    interrupted: bool,
 }
 
 impl Committer<'_> {
@@ -383,6 +399,10 @@ impl Committer<'_> {
         record.note_origin(self.sink.fingerprint.as_ref(), self.previous_device.take());
         record.write_seconds = started.elapsed().as_secs_f64();
         record.last_commit = last;
+        record.interrupted = last && self.interrupted;
+        // A restart's digest is noted for it, and for a run that resumes it (which goes on with the same restart).
+        record.write_digest = self.sink.metrics.write_digest(&self.sink.uri);
+        record.restarted = self.restarted || record.write_digest.is_some();
         record.peak_memory_bytes = crate::campaign::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();

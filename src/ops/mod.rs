@@ -15,6 +15,7 @@
 //! - [`evaluate`]: how well representations retrieve judged documents, and how much a new one moves the
 //!   neighbourhoods ([`evaluate::evaluate`] → [`evaluate::EvaluateReport`]);
 //! - [`report`]: a campaign on one self-contained HTML page ([`report::report`]);
+//! - [`restart`]: a restart run again after it stopped resumes the same write ([`restart::prepare_restart`]);
 //! - [`checks`]: the model checked on a sample of a job's corpus: batch invariance and order invariance
 //!   ([`checks::check_invariance`], [`checks::compare_order`]);
 //! - [`embed`]: texts embedded directly with a model directory's own settings ([`embed::embed_texts`] →
@@ -36,6 +37,7 @@ pub mod lineage;
 pub mod plan;
 pub mod probe;
 pub mod report;
+pub mod restart;
 pub mod run;
 pub mod sample;
 pub mod script;

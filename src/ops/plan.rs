@@ -241,6 +241,19 @@ pub fn write_digest(target: &WriteTarget, id_column: &str) -> String {
     crate::campaign::digest::hex_sha256(query.as_bytes())
 }
 
+/// SHA-256 of a write and what it reads now: its query and id column ([`write_digest`]) and its sources' files as
+/// they are (sizes, times, contents) or Lance versions. Two writes with the same identity and fingerprint write
+/// the same rows. `None` when a source cannot be checked (an object store, a table in memory): nothing then says
+/// that two writes read the same rows.
+pub async fn write_identity(target: &WriteTarget, id_column: &str) -> Result<Option<String>> {
+    let sources = snapshot_sources(&target.input).await?;
+    if sources.iter().any(|s| s.unchecked.is_some()) {
+        return Ok(None);
+    }
+    let text = format!("{}\n{}", write_digest(target, id_column), serde_json::to_string(&sources)?);
+    Ok(Some(crate::campaign::digest::hex_sha256(text.as_bytes())))
+}
+
 /// The plan directory of an output.
 pub fn plan_dir(output: &str) -> PathBuf {
     PathBuf::from(format!("{}.plan", output.trim_end_matches('/')))

@@ -293,14 +293,7 @@ async fn run_statement(
     }
     let lance_target = write_target(&plan);
     refuse_on_cluster(session, &plan, lance_target.as_ref())?;
-    // A write into anything but Lance (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
-    // own writer, which answers with a row count.
-    let file_target = match (&plan, &lance_target) {
-        (_, Some(_)) => None,
-        (LogicalPlan::Copy(c), None) => Some(c.output_url.clone()),
-        (LogicalPlan::Dml(d), None) => Some(d.table_name.to_string()),
-        _ => None,
-    };
+    let file_target = lance_target.is_none().then(|| file_target(&plan)).flatten();
     // The plan a write (or the EXPLAIN of one) executes, checked against the job before anything is written.
     let explained = match &plan {
         LogicalPlan::Explain(e) => write_target(&e.plan),
@@ -310,10 +303,15 @@ async fn run_statement(
         Some(target) => use_write_plan(session, target, plans, lance_target.is_some(), reporter).await?,
         None => None,
     };
-    let mut todo = None;
-    if let Some(target) = &lance_target {
-        todo = prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), reporter).await?;
-    }
+    // Held to the statement's end: a restart that resumes the one that stopped is a restart again after it.
+    let _restart = match lance_target.as_ref().filter(|_| session.cluster().is_none()) {
+        Some(target) => super::restart::prepare_restart(session, target, &|m: &str| reporter.note(m)).await?,
+        None => None,
+    };
+    let mut todo = match &lance_target {
+        Some(target) => prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), reporter).await?,
+        None => None,
+    };
     if session.cluster().is_some()
         && let Some(target) = &lance_target
     {
@@ -350,6 +348,16 @@ async fn run_statement(
         return Ok(());
     }
     show_result(stream, reporter).await
+}
+
+/// Where a write into anything but Lance goes (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
+/// own writer, which answers with a row count.
+fn file_target(plan: &LogicalPlan) -> Option<String> {
+    match plan {
+        LogicalPlan::Copy(c) => Some(c.output_url.clone()),
+        LogicalPlan::Dml(d) => Some(d.table_name.to_string()),
+        _ => None,
+    }
 }
 
 /// The plan `target`'s write executes (none when it reads and orders its input itself), in use until the

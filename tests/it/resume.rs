@@ -174,11 +174,11 @@ fn ctrl_c_commits_what_is_done_exits_non_zero_and_the_rerun_completes() {
     assert_every_id_once(&j, 2000);
 }
 
-/// ctrl-C during `run --restart`: the message says to resume without `--restart` (with it, the rows just committed
-/// would be replaced again), and a second SIGINT a moment after the first (as `timeout -s INT` delivers one to the
+/// ctrl-C during `run --restart`: the message says the same job resumes it, with or without `--restart` (the same
+/// restart goes on with the one that stopped rather than replacing its rows), and a second SIGINT a moment after the first (as `timeout -s INT` delivers one to the
 /// process and one to its group) is the same stop, not a second ctrl-C that would drop the rows being committed.
 #[test]
-fn ctrl_c_on_a_restart_says_to_resume_without_it_and_a_doubled_signal_counts_once() {
+fn ctrl_c_on_a_restart_is_resumed_by_the_same_restart_and_a_doubled_signal_counts_once() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     corpus(d, 30, &[]);
@@ -200,14 +200,50 @@ fn ctrl_c_on_a_restart_says_to_resume_without_it_and_a_doubled_signal_counts_onc
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");
     assert!(!err.contains("exiting at once"), "the second signal was taken for a second ctrl-C: {err}");
-    assert!(err.contains("interrupted") && err.contains("run the job again without --restart"), "{err}");
+    assert!(err.contains("interrupted") && err.contains("with or without --restart"), "{err}");
     let partial = inspect(d, "out.lance")["rows"].as_u64().unwrap();
     assert!(partial > 0 && partial < 2000, "{partial} rows after ctrl-C");
 
-    let o = pipeline(&["run", "job.sql"], d);
+    // Issue 53: the same restart run again resumes the one that stopped instead of replacing its rows.
+    let o = pipeline(&["run", "job.sql", "--restart"], d);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("resuming: {partial} of 2000 already done")));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("resuming the restart of") && out.contains("stopped at version"), "{out}");
+    assert!(out.contains(&format!("resuming: {partial} of 2000 already done")), "{out}");
     assert_every_id_once(&inspect(d, "out.lance"), 2000);
+    // Finished, a restart replaces the rows again, as asked.
+    let o = pipeline(&["run", "job.sql", "--restart"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("resuming") && !out.contains("this job is done"), "{out}");
+    assert_every_id_once(&inspect(d, "out.lance"), 2000);
+}
+
+/// Issue 53: a restart that stopped, then a restart of a corpus that changed since: the rows are replaced, as asked
+/// (the stopped restart's rows are not this write's).
+#[test]
+fn a_restart_after_a_stopped_restart_of_another_corpus_replaces_the_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corpus(d, 30, &[]);
+    job(d, "job.sql", "out.lance", 100);
+    assert!(pipeline(&["run", "job.sql"], d).status.success());
+    corpus(d, 2000, &[]);
+    let mut child = spawn(&["run", "job.sql", "--restart"], d);
+    let start = Instant::now();
+    while versions(d, "out.lance") < 2 {
+        assert!(child.try_wait().unwrap().is_none(), "the restart ended before its first commit");
+        assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "KILL");
+    let _ = child.wait();
+    corpus(d, 1500, &[]);
+    let o = pipeline(&["run", "job.sql", "--restart"], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("resuming"), "{out}");
+    assert_every_id_once(&inspect(d, "out.lance"), 1500);
 }
 
 fn signal(child: &Child, name: &str) {
