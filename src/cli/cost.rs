@@ -23,7 +23,6 @@ pub fn cost_files(
 }
 
 fn print_report(r: &CostReport, chart: Option<&Path>) {
-    let c = &r.currency;
     println!(
         "cost of {} useful tokens{}",
         r.useful_tokens,
@@ -32,40 +31,8 @@ fn print_report(r: &CostReport, chart: Option<&Path>) {
     if r.placeholder_prices {
         println!("  the prices are PLACEHOLDERS (the prices file says so): put your provider's in before deciding");
     }
-    let w = r.rows.iter().map(|row| row.name.chars().count()).max().unwrap_or(6).max(6);
-    println!(
-        "  {:<w$} {:>18} {:>10} {:>22} {:>14} {:>9} {:>9}",
-        "device",
-        "hours (range)",
-        format!("{c}/hour"),
-        format!("cost {c} (range)"),
-        format!("{c}/M tokens"),
-        "vectors",
-        "deadline"
-    );
-    for row in &r.rows {
-        let money = |x: Option<f64>| x.map_or("-".to_string(), amount);
-        println!(
-            "  {:<w$} {:>18} {:>10} {:>22} {:>14} {:>9} {:>9}",
-            row.name,
-            format!("{} ({}-{})", amount(row.hours), amount(row.low_hours), amount(row.high_hours)),
-            money(row.per_hour),
-            match (row.cost, row.low_cost, row.high_cost) {
-                (Some(m), Some(l), Some(h)) => format!("{} ({}-{})", amount(m), amount(l), amount(h)),
-                _ => "no price".to_string(),
-            },
-            money(row.per_million_tokens),
-            match row.vectors_match {
-                Some(true) => "match",
-                Some(false) => "DIFFER",
-                None => "unchecked",
-            },
-            match row.meets_deadline {
-                Some(true) => "meets",
-                Some(false) => "MISSES",
-                None => "-",
-            }
-        );
+    for line in table(r) {
+        println!("  {line}");
     }
     match &r.choice {
         Some(_) => println!("choice: {}", r.why),
@@ -79,5 +46,100 @@ fn print_report(r: &CostReport, chart: Option<&Path>) {
     }
     if let Some(p) = chart {
         println!("chart: {}", p.display());
+    }
+}
+
+/// The cost table's lines, each column as wide as its widest cell: the device's name to the left, figures to the
+/// right.
+fn table(r: &CostReport) -> Vec<String> {
+    let c = &r.currency;
+    let head =
+        ["device", "hours (range)", &format!("{c}/hour"), &format!("cost {c} (range)"), &format!("{c}/M tokens")]
+            .map(str::to_string);
+    let mut rows = vec![[head.to_vec(), vec!["vectors".into(), "deadline".into()]].concat()];
+    for row in &r.rows {
+        let money = |x: Option<f64>| x.map_or("-".to_string(), amount);
+        rows.push(vec![
+            row.name.clone(),
+            format!("{} ({}-{})", amount(row.hours), amount(row.low_hours), amount(row.high_hours)),
+            money(row.per_hour),
+            match (row.cost, row.low_cost, row.high_cost) {
+                (Some(m), Some(l), Some(h)) => format!("{} ({}-{})", amount(m), amount(l), amount(h)),
+                _ => "no price".to_string(),
+            },
+            money(row.per_million_tokens),
+            match row.vectors_match {
+                Some(true) => "match",
+                Some(false) => "DIFFER",
+                None => "unchecked",
+            }
+            .to_string(),
+            match row.meets_deadline {
+                Some(true) => "meets",
+                Some(false) => "MISSES",
+                None => "-",
+            }
+            .to_string(),
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|cells| {
+            let line: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (cell, w))| if i == 0 { format!("{cell:<w$}") } else { format!("{cell:>w$}") })
+                .collect();
+            line.join("  ")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::cost::CostRow;
+
+    #[test]
+    fn the_cost_tables_columns_line_up_whatever_the_figures() {
+        // Issue 53: long ranges and small figures pushed the columns out of line.
+        let row = |name: &str, hours: f64, cost: Option<f64>| CostRow {
+            name: name.into(),
+            device: String::new(),
+            trial: String::new(),
+            hours,
+            low_hours: hours * 0.9,
+            high_hours: hours * 1.1,
+            priced_as: None,
+            per_hour: cost.map(|c| c / hours),
+            cost,
+            low_cost: cost.map(|c| c * 0.9),
+            high_cost: cost.map(|c| c * 1.1),
+            per_million_tokens: cost.map(|c| c / 1000.0),
+            vectors_match: Some(true),
+            meets_deadline: None,
+        };
+        let report = CostReport {
+            currency: "USD".into(),
+            placeholder_prices: false,
+            useful_tokens: 1000,
+            deadline_hours: None,
+            rows: vec![
+                row("a6000-cloud-x", 123.456, Some(0.004213)),
+                row("cpu", 0.0123, None),
+                row("h", 5.0, Some(99.5)),
+            ],
+            choice: None,
+            why: String::new(),
+            memory: None,
+        };
+        let lines = table(&report);
+        assert_eq!(lines.len(), 4);
+        let widths: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "{lines:#?}");
+        assert!(lines[1].contains("0.00421 (0.00379-0.00463)"), "{lines:#?}");
+        assert!(lines.iter().all(|l| l.ends_with("deadline") || l.ends_with('-')), "{lines:#?}");
     }
 }

@@ -247,6 +247,9 @@ pub fn cost_trials(
     Ok(report)
 }
 
+/// How many times the highest bar a deadline may be and still be drawn as a line on the chart's scale.
+const DEADLINE_IN_SCALE: f64 = 4.0;
+
 /// Hours per device as bars with the range as a whisker, the cost written above each, and the deadline
 /// as a red line; SVG, with text as SVG text (no system font needed).
 pub fn cost_svg(path: &Path, r: &CostReport) -> Result<(), String> {
@@ -255,13 +258,20 @@ pub fn cost_svg(path: &Path, r: &CostReport) -> Result<(), String> {
     if n == 0 {
         return Err(err(&"no trial to draw"));
     }
-    let top = r.rows.iter().map(|row| row.high_hours).fold(r.deadline_hours.unwrap_or(0.0), f64::max).max(1e-6) * 1.25;
+    let highest = r.rows.iter().map(|row| row.high_hours).fold(0.0, f64::max).max(1e-6);
+    // A deadline far above every bar would flatten them to nothing: it is then said in the caption, not drawn.
+    let deadline = r.deadline_hours.filter(|d| *d <= highest * DEADLINE_IN_SCALE);
+    let top = deadline.unwrap_or(0.0).max(highest) * 1.25;
     let root = SVGBackend::new(path, (220 + 160 * n as u32, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let caption = format!(
-        "Predicted hours for {} useful tokens{}",
+        "Predicted hours for {} useful tokens{}{}",
         r.useful_tokens,
-        if r.placeholder_prices { " (placeholder prices)" } else { "" }
+        if r.placeholder_prices { " (placeholder prices)" } else { "" },
+        match r.deadline_hours {
+            Some(d) if deadline.is_none() => format!("; deadline {}, far above every bar", hours_text(d)),
+            _ => String::new(),
+        }
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 20))
@@ -299,7 +309,7 @@ pub fn cost_svg(path: &Path, r: &CostReport) -> Result<(), String> {
             .draw_series(std::iter::once(Text::new(label, (x + 0.5, row.high_hours + top / 40.0), style)))
             .map_err(|e| err(&e))?;
     }
-    if let Some(d) = r.deadline_hours {
+    if let Some(d) = deadline {
         chart
             .draw_series(std::iter::once(PathElement::new(vec![(0.0, d), (n as f64, d)], RED.stroke_width(2))))
             .map_err(|e| err(&e))?
@@ -423,5 +433,27 @@ mod tests {
                 && s.contains("cpu-1t: 1.00 USD"),
             "{s}"
         );
+        assert!(bar_heights(&s).iter().all(|h| *h > 50.0), "{:?}", bar_heights(&s));
+
+        // Issue 53: a 7-day deadline over a trial's minutes flattened the bars to nothing.
+        let week = CostReport {
+            deadline_hours: Some(168.0),
+            rows: vec![row("cpu-1t", 0.02, Some(0.01), None, Some(true)), row("cpu-2t", 0.01, None, None, Some(true))],
+            ..report
+        };
+        cost_svg(&p, &week).unwrap();
+        let s = std::fs::read_to_string(&p).unwrap();
+        let heights = bar_heights(&s);
+        assert!(heights.len() == 2 && heights.iter().all(|h| *h > 50.0), "{heights:?}");
+        assert!(s.contains("deadline 7.0 days, far above every bar"), "{s}");
+    }
+
+    /// The heights of the chart's bars (its rectangles in the bars' two colours), pixels.
+    fn bar_heights(svg: &str) -> Vec<f64> {
+        svg.split("<rect")
+            .skip(1)
+            .filter(|r| r.contains("fill=\"#466EB4\"") || r.contains("fill=\"#3C9650\""))
+            .filter_map(|r| r.split("height=\"").nth(1)?.split('"').next()?.parse().ok())
+            .collect()
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::cost::{CostReport, Prices, cost};
+use super::cost::{CostReport, Prices, amount, cost};
 use super::trial::TrialReport;
 use super::verify::{VerifyReport, last_verify};
 use crate::campaign::plan::{PLAN_FILE, Plan};
@@ -281,7 +281,11 @@ fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
                     count(r.truncated_documents),
                     r.wall_seconds,
                     esc(&r.device.as_ref().map_or(String::new(), |d| format!("{} ({})", d.device, d.provider))),
-                    if r.last_commit { "end of a write" } else { "" }
+                    match (r.interrupted, r.last_commit) {
+                        (true, _) => "a write stopped here (interrupted)",
+                        (false, true) => "end of a write",
+                        (false, false) => "",
+                    }
                 );
             }
             None => {
@@ -299,7 +303,8 @@ fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
     Ok(())
 }
 
-/// A bar per label, SVG text.
+/// A bar per label, SVG text: each bar on its own segment of the x axis, labelled at its centre (every label up to
+/// 20 bars; a spaced subset past that).
 fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<String> {
     let err = |e: &dyn std::fmt::Display| Error::Internal(format!("chart {title}: {e}"));
     let mut svg = String::new();
@@ -307,22 +312,26 @@ fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<St
         let root = SVGBackend::with_string(&mut svg, (1000, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let top = values.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.15;
-        let n = labels.len().max(1);
+        // A discrete range holds both its ends: 0..n-1 is n segments. One bar sits in the middle of three, since a
+        // range of one value has no width.
+        let n = labels.len().max(1) as u32;
+        let (first, last) = if n == 1 { (1, 2) } else { (0, n - 1) };
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(80)
-            .build_cartesian_2d(0f64..n as f64, 0f64..top)
+            .build_cartesian_2d((0u32..last).into_segmented(), 0f64..top)
             .map_err(|e| err(&e))?;
-        let step = (n / 20).max(1);
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(n.min(20))
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                if i < labels.len() && i.is_multiple_of(step) { labels[i].clone() } else { String::new() }
+            .x_labels((last as usize + 1).min(20))
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) if *i >= first => {
+                    labels.get((*i - first) as usize).cloned().unwrap_or_default()
+                }
+                _ => String::new(),
             })
             .y_label_formatter(&|y| if top >= 10.0 { count(*y as u64) } else { format!("{y:.2}") })
             .light_line_style(WHITE)
@@ -331,14 +340,20 @@ fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<St
             .draw()
             .map_err(|e| err(&e))?;
         chart
-            .draw_series(values.iter().enumerate().map(|(i, v)| {
-                Rectangle::new([(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)], RGBColor(70, 110, 180).filled())
+            .draw_series(values.iter().zip(first..).map(|(v, i)| {
+                let mut bar =
+                    Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)], BAR.filled());
+                bar.set_margin(0, 0, 8, 8);
+                bar
             }))
             .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
 }
+
+/// The bars' colour.
+const BAR: RGBColor = RGBColor(70, 110, 180);
 
 fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Option<&CostReport>) {
     if trials.is_empty() {
@@ -348,19 +363,19 @@ fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Op
               <th>predicted hours (range)</th><th>cost</th><th>per million useful tokens</th><th>vectors match</th></tr>";
     for (i, (_, t)) in trials.iter().enumerate() {
         let row = costs.and_then(|c| c.rows.get(i));
-        let money = |x: Option<f64>| x.map_or("unpriced".into(), |x| format!("{x:.2}"));
+        let money = |x: Option<f64>| x.map_or("unpriced".into(), amount);
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2} ({:.2}–{:.2})</td><td class=\"n\">{}</td>\
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{} ({}–{})</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td>{}</td></tr>",
             esc(&t.name),
             esc(&format!("{} ({})", t.device.device, t.device.provider)),
             count(t.prediction.useful_tokens_per_second as u64),
-            t.prediction.seconds / 3600.0,
-            t.prediction.low_seconds / 3600.0,
-            t.prediction.high_seconds / 3600.0,
+            amount(t.prediction.seconds / 3600.0),
+            amount(t.prediction.low_seconds / 3600.0),
+            amount(t.prediction.high_seconds / 3600.0),
             money(row.and_then(|r| r.cost)),
-            row.and_then(|r| r.per_million_tokens).map_or("unpriced".into(), |x| format!("{x:.4}")),
+            row.and_then(|r| r.per_million_tokens).map_or("unpriced".into(), amount),
             match t.comparison.as_ref() {
                 Some(c) if c.passed => "yes".to_string(),
                 Some(_) => "<span class=\"bad\">NO</span>".to_string(),
@@ -435,5 +450,40 @@ fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str, shown:
     }
     if any {
         *page += "</ul>";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_commit_bar_is_labelled_at_its_centre() {
+        // Issue 53: the commit charts labelled only "v1".
+        for n in [1, 2, 3, 7, 20] {
+            let labels: Vec<String> = (1..=n).map(|v| format!("v{v}")).collect();
+            let values: Vec<f64> = (1..=n).map(|v| v as f64 * 100.0).collect();
+            let svg = bars("Rows written per commit", &labels, &values, "rows").unwrap();
+            for l in &labels {
+                assert_eq!(svg.matches(&format!("\n{l}\n</text>")).count(), 1, "{l} of {n}: {svg}");
+            }
+        }
+        // One bar: its label under its centre, half way along the axis (90 to 989 pixels).
+        for n in 1..4 {
+            let labels: Vec<String> = (1..=n).map(|v| format!("v{v}")).collect();
+            let svg = bars("Rows", &labels, &vec![5.0; n], "rows").unwrap();
+            for (i, l) in labels.iter().enumerate() {
+                let at = svg.split("<text").find(|t| t.contains(&format!("\n{l}\n"))).unwrap();
+                let x: f64 = at.split("x=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+                // The plotting area runs from 90 to 989 pixels.
+                let centre = 90.0 + 899.0 * (i as f64 + 0.5) / n as f64;
+                assert!((x - centre).abs() < 3.0, "{l} of {n} at x = {x}, not {centre}");
+            }
+        }
+        // Past 20 bars, a spaced subset, each once.
+        let labels: Vec<String> = (1..=60).map(|v| format!("v{v}")).collect();
+        let svg = bars("Rows", &labels, &vec![1.0; 60], "rows").unwrap();
+        let shown = labels.iter().filter(|l| svg.contains(&format!("\n{l}\n</text>"))).count();
+        assert!((5..=21).contains(&shown), "{shown} labels of 60");
     }
 }

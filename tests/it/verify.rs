@@ -389,6 +389,8 @@ fn the_report_renders_in_a_headless_browser() {
     );
     assert!(o.status.success(), "{}", text(&o).1);
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    // Issue 53: the trial's small cost and hours keep their digits (they printed as 0.00).
+    assert!(!html.contains(">0.00<") && !html.contains(">0.00 ("), "a trial's figures print as 0.00: {html}");
     // Self-contained: no script, and nothing loaded from elsewhere (SVG's namespace URI is a name, not a fetch).
     for fetch in ["<script", "<link", "src=", "href=", "url(", "@import"] {
         assert!(!html.contains(fetch), "the page holds {fetch:?}: it is not self-contained");
