@@ -155,9 +155,9 @@ impl Fingerprint {
                 key: "max_tokens".into(),
                 value: settings.max_tokens.to_string(),
                 message: format!(
-                    "the model {} has position embeddings for {positions} tokens (max_position_embeddings in \
-                     config.json); use at most {positions}",
-                    spec.name()
+                    "the model {} takes at most {positions} tokens ({}); use at most {positions}",
+                    spec.name(),
+                    spec.positions_from
                 ),
             });
         }

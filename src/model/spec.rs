@@ -40,9 +40,10 @@ pub struct ModelSpec {
     pub pad_id: u32,
     /// Rows of the model's token embedding table (`vocab_size` in config.json), when it says.
     pub vocab_size: Option<usize>,
-    /// Positions the model has embeddings for (`max_position_embeddings` in config.json), when it says:
-    /// the most tokens a text can have.
+    /// The most tokens a text can have, from the positions the model has embeddings for (see
+    /// [`usable_positions`]), when config.json says; with where the number comes from, in words.
     pub max_positions: Option<usize>,
+    pub positions_from: String,
     /// Named prompts (`prompts` in `config_sentence_transformers.json`): text put before an input, e5-, bge- and
     /// nomic-style (`{"query": "query: ", "document": "passage: "}`).
     pub prompts: BTreeMap<String, String>,
@@ -190,6 +191,68 @@ struct StConfig {
 #[derive(Deserialize)]
 struct SbertConfig {
     max_seq_length: Option<usize>,
+    /// sentence-transformers lowercases every text (Python's `str.lower`) before the tokenizer when set.
+    #[serde(default)]
+    do_lower_case: bool,
+    /// sentence-transformers 6: arguments it passes to the tokenizer, per modality
+    /// (`{"text": {"add_special_tokens": false}}`).
+    #[serde(default)]
+    processing_kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What sentence_bert_config.json asks of the text that this pipeline does not do, refused by name (issue 54: such
+/// a directory, made by hand, gave vectors at cosine 0.33 to 0.41 of sentence-transformers' without a word):
+/// tokenizer arguments (`processing_kwargs`), and `do_lower_case` where the tokenizer does not lowercase anyway.
+fn refuse_text_settings(dir: &Path, sbert: &SbertConfig) -> Result<()> {
+    const FILE: &str = "sentence_bert_config.json";
+    let asked: Vec<String> = sbert
+        .processing_kwargs
+        .iter()
+        .filter(|(_, v)| !(v.is_null() || v.as_object().is_some_and(|o| o.is_empty())))
+        .map(|(modality, v)| format!("{modality}: {v}"))
+        .collect();
+    if !asked.is_empty() {
+        return Err(Error::model(
+            dir,
+            FILE,
+            format!(
+                "processing_kwargs ({}) are arguments sentence-transformers passes to the tokenizer, which this \
+                 pipeline does not apply: its vectors would not be the model's. Such a model cannot be embedded here",
+                asked.join("; ")
+            ),
+        ));
+    }
+    if sbert.do_lower_case && !tokenizer_lowercases(dir)? {
+        return Err(Error::model(
+            dir,
+            FILE,
+            "do_lower_case is true: sentence-transformers lowercases every text before the tokenizer, which this \
+             pipeline does not, and this tokenizer (tokenizer.json) does not lowercase either, so the vectors would \
+             not be the model's. Lowercase in the job instead (embed(lower(text))) and set do_lower_case to false \
+             in the file",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether tokenizer.json's normalizer lowercases every text (a `BertNormalizer` with `lowercase`, or `Lowercase`,
+/// alone or in a `Sequence`).
+fn tokenizer_lowercases(dir: &Path) -> Result<bool> {
+    fn lowercases(n: &serde_json::Value) -> bool {
+        match n.get("type").and_then(|t| t.as_str()) {
+            Some("BertNormalizer") => n.get("lowercase").and_then(|l| l.as_bool()).unwrap_or(false),
+            Some("Lowercase") => true,
+            Some("Sequence") => {
+                n.get("normalizers").and_then(|l| l.as_array()).is_some_and(|l| l.iter().any(lowercases))
+            }
+            _ => false,
+        }
+    }
+    if !dir.join("tokenizer.json").is_file() {
+        return Ok(false);
+    }
+    let tokenizer: serde_json::Value = read_json(dir, "tokenizer.json")?;
+    Ok(tokenizer.get("normalizer").is_some_and(lowercases))
 }
 
 /// `tokenizer_config.json`, where sentence-transformers 6 keeps the max_seq_length (as `model_max_length`), and
@@ -202,10 +265,34 @@ struct TokenizerConfig {
 
 #[derive(Deserialize)]
 struct HfConfig {
+    model_type: Option<String>,
     hidden_size: Option<usize>,
     max_position_embeddings: Option<usize>,
     pad_token_id: Option<u32>,
     vocab_size: Option<usize>,
+}
+
+/// The model types whose position ids start at `pad_token_id + 1` (transformers' `create_position_ids_from_input_ids`,
+/// computed inside their graphs): RoBERTa and its kin.
+const POSITION_OFFSET_TYPES: [&str; 8] =
+    ["roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "longformer", "data2vec-text", "ibert"];
+
+/// The most tokens a text can have, and why, when config.json gives `max_position_embeddings`: all of them, or,
+/// where positions are numbered from `pad_token_id + 1` (issue 54: 514 embeddings take 512 tokens, and 513 failed
+/// mid-run on the CPU and would read out of range on a GPU), that many fewer.
+fn usable_positions(hf: &HfConfig) -> Option<(usize, String)> {
+    let table = hf.max_position_embeddings?;
+    Some(match hf.model_type.as_deref().filter(|t| POSITION_OFFSET_TYPES.contains(t)) {
+        Some(kind) => {
+            let offset = hf.pad_token_id.unwrap_or(1) as usize + 1;
+            let why = format!(
+                "max_position_embeddings {table} in config.json, less pad_token_id + 1 = {offset}: {kind} numbers its \
+                 positions from pad_token_id + 1"
+            );
+            (table.saturating_sub(offset), why)
+        }
+        None => (table, format!("max_position_embeddings {table} in config.json")),
+    })
 }
 
 /// The tokenizer's truncation side (tokenizer_config.json) and the longest text in tokens
@@ -228,6 +315,7 @@ fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
     };
 
     let sbert: SbertConfig = read_json(dir, "sentence_bert_config.json")?;
+    refuse_text_settings(dir, &sbert)?;
     // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
     // it (transformers writes 1e30 for "no limit", which is no use as one).
     let max_seq_length = match sbert.max_seq_length {
@@ -326,13 +414,13 @@ impl ModelSpec {
                 ),
             ));
         }
-        if let Some(positions) = hf.max_position_embeddings
-            && max_seq_length > positions
-        {
+        let (max_positions, positions_from) = usable_positions(&hf).unzip();
+        if let Some(positions) = max_positions.filter(|p| max_seq_length > *p) {
+            let why = positions_from.as_deref().unwrap_or_default();
             return Err(Error::model(
                 &dir,
                 "sentence_bert_config.json",
-                format!("max_seq_length {max_seq_length} exceeds max_position_embeddings {positions} in config.json"),
+                format!("max_seq_length {max_seq_length} exceeds the {positions} tokens the model can take ({why})"),
             ));
         }
 
@@ -358,7 +446,8 @@ impl ModelSpec {
             truncation_side,
             pad_id: hf.pad_token_id.unwrap_or(0),
             vocab_size: hf.vocab_size,
-            max_positions: hf.max_position_embeddings,
+            max_positions,
+            positions_from: positions_from.unwrap_or_default(),
             prompts,
             default_prompt_name,
             include_prompt: pooling_cfg.include_prompt,
@@ -773,6 +862,69 @@ mod tests {
             let err = ModelSpec::load(tmp.path()).unwrap_err().to_string();
             assert!(err.contains(file), "expected {file} in: {err}");
         }
+    }
+
+    #[test]
+    fn roberta_kin_take_two_fewer_tokens_than_their_position_table() {
+        // Issue 54: RoBERTa, XLM-R, MPNet and CamemBERT number positions from pad_token_id + 1.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        for kind in ["roberta", "xlm-roberta", "mpnet", "camembert"] {
+            let config = format!(
+                r#"{{"model_type": "{kind}", "hidden_size": 8, "max_position_embeddings": 514, "pad_token_id": 1}}"#
+            );
+            std::fs::write(d.join("config.json"), config).unwrap();
+            std::fs::write(d.join("sentence_bert_config.json"), r#"{"max_seq_length": 512}"#).unwrap();
+            let spec = ModelSpec::load(d).unwrap();
+            assert_eq!(spec.max_positions, Some(512), "{kind}");
+            assert!(spec.positions_from.contains("pad_token_id + 1"), "{}", spec.positions_from);
+            std::fs::write(d.join("sentence_bert_config.json"), r#"{"max_seq_length": 513}"#).unwrap();
+            let err = ModelSpec::load(d).unwrap_err().to_string();
+            assert!(err.contains("exceeds the 512 tokens the model can take"), "{err}");
+        }
+        // BERT numbers them from 0: its table is its limit.
+        std::fs::write(
+            d.join("config.json"),
+            r#"{"model_type": "bert", "hidden_size": 8, "max_position_embeddings": 512}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("sentence_bert_config.json"), r#"{"max_seq_length": 512}"#).unwrap();
+        assert_eq!(ModelSpec::load(d).unwrap().max_positions, Some(512));
+    }
+
+    #[test]
+    fn text_settings_it_does_not_apply_are_refused_by_name() {
+        // Issue 54: do_lower_case with a cased tokenizer, and sentence-transformers 6's processing_kwargs, made
+        // vectors at cosine 0.33 and 0.41 of the model's, silently.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        let sbert = |extra: &str| {
+            std::fs::write(d.join("sentence_bert_config.json"), format!(r#"{{"max_seq_length": 16{extra}}}"#)).unwrap()
+        };
+        sbert(r#", "do_lower_case": true"#);
+        let err = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(err.contains("sentence_bert_config.json") && err.contains("do_lower_case is true"), "{err}");
+        assert!(err.contains("embed(lower(text))"), "{err}");
+        // A tokenizer that lowercases anyway makes the same tokens.
+        for normalizer in [
+            r#"{"type": "BertNormalizer", "lowercase": true, "strip_accents": null}"#,
+            r#"{"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Lowercase"}]}"#,
+        ] {
+            std::fs::write(d.join("tokenizer.json"), format!(r#"{{"normalizer": {normalizer}}}"#)).unwrap();
+            ModelSpec::load(d).unwrap();
+        }
+        let cased = r#"{"normalizer": {"type": "BertNormalizer", "lowercase": false}}"#;
+        std::fs::write(d.join("tokenizer.json"), cased).unwrap();
+        assert!(ModelSpec::load(d).unwrap_err().to_string().contains("do_lower_case"));
+
+        sbert(r#", "do_lower_case": false, "processing_kwargs": {"text": {"add_special_tokens": false}}"#);
+        let err = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(err.contains("processing_kwargs") && err.contains("add_special_tokens"), "{err}");
+        // Empty arguments ask nothing.
+        sbert(r#", "processing_kwargs": {"text": {}, "image": null}"#);
+        ModelSpec::load(d).unwrap();
     }
 
     #[test]

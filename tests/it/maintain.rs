@@ -247,7 +247,7 @@ fn spawn(args: &[&str], dir: &Path) -> std::process::Child {
         .unwrap()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

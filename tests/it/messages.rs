@@ -320,8 +320,25 @@ mod model_checks {
         let err = sql(&s, "SET embed.max_tokens = 513; SELECT embed('x')").await.unwrap_err().to_string();
         assert!(err.contains("embed.max_tokens = '513'") && err.contains("use at most 512"), "{err}");
         assert!(!err.contains("broadcast"), "{err}");
+        assert!(err.contains("max_position_embeddings 512 in config.json"), "{err}");
         // 512 itself is the model's limit, and works.
         sql(&s, "SET embed.max_tokens = 512; SELECT embed('x')").await.unwrap();
+
+        // Issue 54: a model type that numbers positions from pad_token_id + 1 (XLM-R here, on the same graph) takes
+        // two fewer tokens than its table.
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("xlmr");
+        crate::maintain::copy_dir(&model_dir(), &copy);
+        let config = std::fs::read_to_string(copy.join("config.json"))
+            .unwrap()
+            .replace("\"model_type\": \"bert\"", "\"model_type\": \"xlm-roberta\"")
+            .replace("\"pad_token_id\": 0", "\"pad_token_id\": 1");
+        std::fs::write(copy.join("config.json"), config).unwrap();
+        let model = format!("SET embed.model = '{}'; ", copy.display());
+        let err =
+            sql(&s, &format!("{model}SET embed.max_tokens = 511; SELECT embed('x')")).await.unwrap_err().to_string();
+        assert!(err.contains("use at most 510") && err.contains("pad_token_id + 1"), "{err}");
+        sql(&s, &format!("{model}SET embed.max_tokens = 510; SELECT embed('x')")).await.unwrap();
     }
 }
 
