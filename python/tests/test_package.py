@@ -154,6 +154,29 @@ def test_ctrl_c_stops_a_run_that_resumes_to_every_id_once(job, tmp_path, monkeyp
     assert vectors.shape == (1000, 384)
 
 
+def test_ctrl_c_on_a_restart_is_resumed_by_the_same_restart(job, tmp_path, monkeypatch, capsys):
+    """Issue 53 through the package: ep.run(restart=True) stopped after a commit, then run again with restart=True,
+    resumes the restart that stopped (its rows kept) instead of replacing them."""
+    corpus = tmp_path / "docs.jsonl"
+    ids = write_corpus(corpus, 1000)
+    out = tmp_path / "out.lance"
+    vars = {"CORPUS": corpus, "OUT": out}
+    ctrl_c = interrupting(lambda kind, value: kind == "progress" and value["documents"] > 0, monkeypatch)
+    with pytest.raises(KeyboardInterrupt, match=r"\d+ rows committed to .*out.lance.*with or without --restart"):
+        ep.run(job, vars, sets={"embed.commit_rows": 50}, restart=True)
+    assert ctrl_c.sent
+    monkeypatch.undo()
+    kept, _ = read_vectors(out)
+    assert 0 < len(kept) < 1000, len(kept)
+    capsys.readouterr()
+    report = ep.run(job, vars, restart=True, progress=False)
+    assert report["documents"] == 1000 - len(kept), report
+    said = capsys.readouterr().err
+    assert "resuming the restart of" in said and f"resuming: {len(kept)} of 1000" in said, said
+    done, _ = read_vectors(out)
+    assert done == sorted(ids) and len(set(done)) == 1000, "every id exactly once"
+
+
 def test_sql_returns_arrow_without_a_copy(tmp_path, job):
     corpus = tmp_path / "docs.jsonl"
     write_corpus(corpus, 200)

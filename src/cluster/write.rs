@@ -426,6 +426,7 @@ pub async fn commit(
     previous_device: Option<crate::campaign::DeviceInfo>,
     started: Instant,
     metrics: &RunMetrics,
+    restarted: bool,
 ) -> crate::Result<Option<WriteReport>> {
     let (executors, stats, rows) = shares(&gathered.records);
     let peak = gathered.records.iter().map(|(_, r)| r.peak_memory_bytes).max().unwrap_or(0);
@@ -443,6 +444,10 @@ pub async fn commit(
     record.executors = executors;
     // The executors' peak (the largest of their processes'), which a memory budget is about.
     record.peak_memory_bytes = peak;
+    // A restart's record, as a local write's (see `ops::restart`): one commit, so never unfinished, and a local
+    // restart that stopped is finished by it.
+    record.write_digest = metrics.write_digest(uri);
+    record.restarted = restarted || record.write_digest.is_some();
     let json = serde_json::to_string(&record).unwrap_or_default();
     let transaction = TransactionBuilder::new(read_version, operation)
         .transaction_properties(Some(Arc::new(HashMap::from([(RUN_RECORD_KEY.to_string(), json)]))))
@@ -549,8 +554,17 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
         .into());
     }
     let read_version = existing.as_ref().map_or(0, |d| d.version().version);
-    let report =
-        commit(uri, read_version, gathered, fingerprint.as_ref(), previous_device, started, session.metrics()).await?;
+    let report = commit(
+        uri,
+        read_version,
+        gathered,
+        fingerprint.as_ref(),
+        previous_device,
+        started,
+        session.metrics(),
+        options.restart,
+    )
+    .await?;
     // The version the job ends on carries the tag: the new one, or, when nothing was left to write, the current one
     // (a finished job run again), as a local write does.
     let tagged = report.as_ref().map(|r| r.version).or(existing.as_ref().map(|_| read_version));

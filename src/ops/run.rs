@@ -304,7 +304,7 @@ async fn run_statement(
         None => None,
     };
     // Held to the statement's end: a restart that resumes the one that stopped is a restart again after it.
-    let _restart = match lance_target.as_ref().filter(|_| session.cluster().is_none()) {
+    let _restart = match lance_target.as_ref() {
         Some(target) => super::restart::prepare_restart(session, target, &|m: &str| reporter.note(m)).await?,
         None => None,
     };

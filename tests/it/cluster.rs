@@ -431,6 +431,30 @@ fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
     let run = &report["versions"].as_array().unwrap().last().unwrap()["run"];
     let tasks: u64 = run["executors"].as_array().unwrap().iter().map(|s| s["tasks"].as_u64().unwrap()).sum();
     assert_eq!(tasks, 4, "{run}");
+
+    // Issue 53: a restart here killed after its first commit, then the same restart on the cluster resumes it
+    // (its rows are kept and the rest embedded there), and once finished, a restart replaces the rows again.
+    write_job(dir, "small.sql", "here/docs.lance", "SET embed.commit_rows = 100;");
+    let mut child = crate::resume::restarting_until_a_commit(dir, "small.sql", "here/docs.lance", 1);
+    child.kill().unwrap();
+    let _ = child.wait();
+    let kept = inspect(dir, "here/docs.lance")["rows"].as_u64().unwrap();
+    assert!(kept > 0 && kept < 2000, "{kept} rows after the kill");
+    let o = pipeline(&["run", "--restart", "--cluster", &url, "here.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("resuming the restart of") && out.contains(&format!("resuming: {kept} of 2000")), "{out}");
+    let report = inspect(dir, "here/docs.lance");
+    crate::resume::assert_every_id_once(&report, 2000);
+    let run = &report["versions"].as_array().unwrap().last().unwrap()["run"];
+    assert!(run["restarted"] == true && run["write_digest"].is_string() && run["executors"].is_array(), "{run}");
+    crate::common::assert_same_vectors(
+        &pipeline(&["compare", "here/docs.lance", "there/docs.lance", "--json"], dir),
+        2000,
+    );
+    let o = pipeline(&["run", "--restart", "--cluster", &url, "here.sql"], dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && !out.contains("resuming") && out.contains("wrote 2000 rows"), "{out}");
     drop(cluster);
 }
 

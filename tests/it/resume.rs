@@ -55,16 +55,29 @@ fn inspect(dir: &Path, out: &str) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Committed versions, counted from the manifests on disk.
 /// `pipeline inspect --json` says the dataset holds `rows` rows, each id once.
-fn assert_every_id_once(j: &Value, rows: u64) {
+pub(crate) fn assert_every_id_once(j: &Value, rows: u64) {
     assert_eq!((j["rows"].as_u64(), j["ids"]["unique"].as_bool()), (Some(rows), Some(true)), "{j}");
 }
 
-fn versions(dir: &Path, out: &str) -> usize {
+/// Committed versions, counted from the manifests on disk.
+pub(crate) fn versions(dir: &Path, out: &str) -> usize {
     std::fs::read_dir(dir.join(out).join("_versions"))
         .map(|d| d.filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "manifest"))).count())
         .unwrap_or(0)
+}
+
+/// `pipeline run <job> --restart` in `dir`, started over an output of `before` versions and returned once it has
+/// committed one more (before it ends, which the test asserts).
+pub(crate) fn restarting_until_a_commit(dir: &Path, job: &str, out: &str, before: usize) -> Child {
+    let mut child = spawn(&["run", job, "--restart"], dir);
+    let start = Instant::now();
+    while versions(dir, out) <= before {
+        assert!(child.try_wait().unwrap().is_none(), "the restart ended before its first commit");
+        assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
 }
 
 fn wait_for_commit(dir: &Path, out: &str, child: &mut Child) {
@@ -186,13 +199,7 @@ fn ctrl_c_on_a_restart_is_resumed_by_the_same_restart_and_a_doubled_signal_count
     let o = pipeline(&["run", "job.sql"], d);
     assert!(o.status.success(), "{}", stderr(&o));
     corpus(d, 2000, &[]);
-    let mut child = spawn(&["run", "job.sql", "--restart"], d);
-    let start = Instant::now();
-    while versions(d, "out.lance") < 2 {
-        assert!(child.try_wait().unwrap().is_none(), "the restart ended before its first commit");
-        assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = restarting_until_a_commit(d, "job.sql", "out.lance", 1);
     signal(&child, "INT");
     std::thread::sleep(Duration::from_millis(100));
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
@@ -229,13 +236,7 @@ fn a_restart_after_a_stopped_restart_of_another_corpus_replaces_the_rows() {
     job(d, "job.sql", "out.lance", 100);
     assert!(pipeline(&["run", "job.sql"], d).status.success());
     corpus(d, 2000, &[]);
-    let mut child = spawn(&["run", "job.sql", "--restart"], d);
-    let start = Instant::now();
-    while versions(d, "out.lance") < 2 {
-        assert!(child.try_wait().unwrap().is_none(), "the restart ended before its first commit");
-        assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = restarting_until_a_commit(d, "job.sql", "out.lance", 1);
     signal(&child, "KILL");
     let _ = child.wait();
     corpus(d, 1500, &[]);
