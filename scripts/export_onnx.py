@@ -47,7 +47,14 @@ TRAINING_CONFIG_FILES = ("training_args.bin", "training_args.json", "trainer_sta
 TRAINING_RECORD = "training.json"
 # What the pipeline runs of a sentence-transformers model: the transformer (exported); pooling, Dense projections
 # and normalisation (read from their module folders by the pipeline).
-SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout")
+# The model classes of sentence-transformers other than SentenceTransformer (config_sentence_transformers.json's
+# model_type), which make no embeddings the pipeline could compute.
+OTHER_MODEL_TYPES = {
+    "CrossEncoder": "a CrossEncoder: a reranker, which scores pairs of texts and makes no embeddings",
+    "SparseEncoder": "a SparseEncoder: it makes sparse vectors (SPLADE's kind), which the pipeline does not",
+    "MultiVectorEncoder": "a MultiVectorEncoder: it makes one vector per token, which the pipeline does not",
+}
 
 # The fixed verification set: the sentence-transformers README's three sentences, short and long texts, other
 # scripts, and a text past every usual max_seq_length (truncation must agree too).
@@ -244,17 +251,52 @@ def model_files(directory):
     return {name: sha256_file(directory / name) for name in WEIGHT_FILES if (directory / name).is_file()}
 
 
-def export(args):
-    checkpoint = Path(args.checkpoint).resolve()
-    out = Path(args.out).resolve()
+def read_config(checkpoint, name):
+    """A JSON file of the checkpoint, {} when it has none; a broken one stops the export, named."""
+    path = checkpoint / name
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        fail(f"{path}: not JSON ({e})")
+
+
+def check_without_torch(checkpoint):
+    """What the pipeline would refuse of the checkpoint and needs no torch to see, said before torch loads (issue
+    54: a CrossEncoder and a saved truncate_dim were refused after 8 s of torch, naming a deleted folder).
+    Returns modules.json's modules."""
     if not (checkpoint / "modules.json").is_file():
         fail(f"{checkpoint}: not a sentence-transformers directory (no modules.json)")
+    st_config = read_config(checkpoint, "config_sentence_transformers.json")
+    model_type = st_config.get("model_type", "SentenceTransformer")
+    if model_type != "SentenceTransformer":
+        what = OTHER_MODEL_TYPES.get(model_type, "not a SentenceTransformer, the one kind the pipeline runs")
+        fail(f"{checkpoint}/config_sentence_transformers.json: model_type {model_type!r} says this is {what}; "
+             f"export a SentenceTransformer (embedding) model")
+    if st_config.get("truncate_dim") is not None:
+        n = st_config["truncate_dim"]
+        fail(f"{checkpoint}/config_sentence_transformers.json: truncate_dim {n} is not read by the pipeline; remove "
+             f"it from the file to export at the full dimension, then SET embed.truncate_dim = {n} in the job")
+    task = read_config(checkpoint, "sentence_bert_config.json").get("transformer_task") or "feature-extraction"
+    if task != "feature-extraction":
+        fail(f"{checkpoint}/sentence_bert_config.json: transformer_task {task!r} is not the one the pipeline runs "
+             f"(\"feature-extraction\": the bare model's token states, then the module chain's pooling)")
     modules = json.loads((checkpoint / "modules.json").read_text())
-    for m in modules:
-        kind = m.get("type", "").rsplit(".", 1)[-1]
+    kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in modules]
+    for m, kind in zip(modules, kinds):
         if kind not in SUPPORTED_MODULES:
             fail(f"{checkpoint}/modules.json: module {m.get('type')} is not one the pipeline runs "
                  f"(it runs {', '.join(SUPPORTED_MODULES)})")
+    if "Pooling" not in kinds:
+        fail(f"{checkpoint}/modules.json: has no Pooling module, so it makes no one vector per text")
+    return modules
+
+
+def export(args):
+    checkpoint = Path(args.checkpoint).resolve()
+    out = Path(args.out).resolve()
+    modules = check_without_torch(checkpoint)
     weights = model_files(checkpoint)
     if not weights:
         fail(f"{checkpoint}: no weights ({' or '.join(WEIGHT_FILES)})")
@@ -368,7 +410,9 @@ def export(args):
         except OSError as e:
             fail(f"cannot run pipeline ({args.pipeline}): {e}")
         if run.returncode != 0:
-            fail(f"pipeline embed failed on the export:\n{run.stderr.strip()}")
+            # The export's files are the checkpoint's (its configs, copied): name the user's folder, not this one.
+            said = run.stderr.strip().replace(str(staging), str(checkpoint))
+            fail(f"pipeline embed failed on the export of {checkpoint}:\n{said}")
         ours = np.array([json.loads(line)["vector"] for line in run.stdout.splitlines()], dtype=np.float64)
         ref = reference.astype(np.float64)
         if ours.shape != ref.shape:

@@ -186,6 +186,39 @@ struct StConfig {
     /// Vectors cut to their first `truncate_dim` values: not applied here, so refused.
     #[serde(default)]
     truncate_dim: Option<usize>,
+    /// sentence-transformers 5 and later: which of its model classes saved the directory (`SentenceTransformer`,
+    /// the default; `CrossEncoder`, `SparseEncoder`, `MultiVectorEncoder`).
+    #[serde(default)]
+    model_type: Option<String>,
+}
+
+/// config_sentence_transformers.json, or its defaults when there is none; a directory another of
+/// sentence-transformers' model classes saved (a reranker, a sparse or a multi-vector encoder) is refused as such,
+/// before its module chain is read (issue 54: a CrossEncoder was refused as having "no Pooling module").
+fn read_st_config(dir: &Path) -> Result<StConfig> {
+    let st: StConfig = match dir.join(ST_CONFIG).is_file() {
+        true => read_json(dir, ST_CONFIG)?,
+        false => StConfig::default(),
+    };
+    let what = match st.model_type.as_deref() {
+        None | Some("SentenceTransformer") => return Ok(st),
+        Some("CrossEncoder") => "a CrossEncoder: a reranker, which scores pairs of texts and makes no embeddings",
+        Some("SparseEncoder") => {
+            "a SparseEncoder: it makes sparse vectors (SPLADE's kind), which this pipeline does not"
+        }
+        Some("MultiVectorEncoder") => {
+            "a MultiVectorEncoder: it makes one vector per token (ColBERT's kind), which this pipeline does not"
+        }
+        Some(_) => "not a SentenceTransformer, the one kind of sentence-transformers model this pipeline runs",
+    };
+    Err(Error::model(
+        dir,
+        ST_CONFIG,
+        format!(
+            "model_type {:?} says this is {what}; use a SentenceTransformer (embedding) model",
+            st.model_type.as_deref().unwrap_or_default()
+        ),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -198,6 +231,13 @@ struct SbertConfig {
     /// (`{"text": {"add_special_tokens": false}}`).
     #[serde(default)]
     processing_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// sentence-transformers 6: the transformers class the Transformer module loads (`feature-extraction`, the
+    /// default, is the bare model whose token states the graph gives).
+    #[serde(default)]
+    transformer_task: Option<String>,
+    /// sentence-transformers 6: per modality, the model's method and which of its outputs is the module's.
+    #[serde(default)]
+    modality_config: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What sentence_bert_config.json asks of the text that this pipeline does not do, refused by name (issue 54: such
@@ -205,6 +245,7 @@ struct SbertConfig {
 /// tokenizer arguments (`processing_kwargs`), and `do_lower_case` where the tokenizer does not lowercase anyway.
 fn refuse_text_settings(dir: &Path, sbert: &SbertConfig) -> Result<()> {
     const FILE: &str = "sentence_bert_config.json";
+    refuse_other_outputs(dir, sbert)?;
     let asked: Vec<String> = sbert
         .processing_kwargs
         .iter()
@@ -230,6 +271,48 @@ fn refuse_text_settings(dir: &Path, sbert: &SbertConfig) -> Result<()> {
              pipeline does not, and this tokenizer (tokenizer.json) does not lowercase either, so the vectors would \
              not be the model's. Lowercase in the job instead (embed(lower(text))) and set do_lower_case to false \
              in the file",
+        ));
+    }
+    Ok(())
+}
+
+/// A Transformer module that gives anything but the bare model's token states (`last_hidden_state`), which is what
+/// an exported graph gives: another `transformer_task` (a classifier's logits, a masked or causal language
+/// model's), or a `modality_config` whose text comes from another method or output.
+fn refuse_other_outputs(dir: &Path, sbert: &SbertConfig) -> Result<()> {
+    const FILE: &str = "sentence_bert_config.json";
+    let task = sbert.transformer_task.as_deref().unwrap_or("feature-extraction");
+    if task != "feature-extraction" {
+        let kind = match task {
+            "sequence-classification" | "text-generation" | "any-to-any" => " (a CrossEncoder's: a reranker's scores)",
+            "fill-mask" => " (a SparseEncoder's: SPLADE's vocabulary logits)",
+            "retrieval" => " (a MultiVectorEncoder's: one vector per token)",
+            _ => "",
+        };
+        return Err(Error::model(
+            dir,
+            FILE,
+            format!(
+                "transformer_task {task:?}{kind} is not the one this pipeline runs: it embeds with                  \"feature-extraction\", the bare model's token states, then the module chain's pooling"
+            ),
+        ));
+    }
+    let Some(modalities) = &sbert.modality_config else { return Ok(()) };
+    let text = modalities.get("text").and_then(|t| t.as_object());
+    let field = |key: &str, default: &str| {
+        text.and_then(|t| t.get(key)).map_or(Some(default.to_string()), |v| v.as_str().map(str::to_string))
+    };
+    let method = field("method", "forward");
+    let output = field("method_output_name", "last_hidden_state");
+    if text.is_none() || method.as_deref() != Some("forward") || output.as_deref() != Some("last_hidden_state") {
+        let said = modalities.get("text").map_or("nothing".to_string(), |t| t.to_string());
+        return Err(Error::model(
+            dir,
+            FILE,
+            format!(
+                "modality_config gives text {said}; this pipeline embeds text with the model's forward method and \
+                 its last_hidden_state, as the exported graph gives them"
+            ),
         ));
     }
     Ok(())
@@ -336,11 +419,7 @@ fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
 /// The prompts of config_sentence_transformers.json and its default one; refused when it asks to cut the
 /// vectors (`truncate_dim`, which the pipeline does by `embed.truncate_dim`) or names a default it lacks.
 /// `dim` is the width of the vectors the directory makes.
-fn read_prompts(dir: &Path, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
-    let st: StConfig = match dir.join(ST_CONFIG).is_file() {
-        true => read_json(dir, ST_CONFIG)?,
-        false => StConfig::default(),
-    };
+fn read_prompts(dir: &Path, st: StConfig, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
     if let Some(n) = st.truncate_dim {
         return Err(Error::model(
             dir,
@@ -386,6 +465,7 @@ impl ModelSpec {
                  the float16 one a GPU uses), or `SET embed.model` to a sentence-transformers directory",
             ));
         }
+        let st = read_st_config(&dir)?;
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
         let chain = read_chain(&dir, &modules)?;
         let pooling_file = format!("{}/config.json", chain.pooling.path.trim_end_matches('/'));
@@ -424,7 +504,7 @@ impl ModelSpec {
             ));
         }
 
-        let (prompts, default_prompt_name) = read_prompts(&dir, dim)?;
+        let (prompts, default_prompt_name) = read_prompts(&dir, st, dim)?;
 
         let tokenizer_path = dir.join("tokenizer.json");
         if !tokenizer_path.is_file() {
@@ -560,7 +640,9 @@ fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
     let bad = |m: String| Error::model(dir, "modules.json", m);
     let kind = |m: &Module| m.kind.rsplit('.').next().unwrap_or(&m.kind).to_string();
     let folder = |m: &Module| if m.path.is_empty() { String::from("the top folder") } else { m.path.clone() };
-    for module in modules {
+    // A Dropout module is the identity at inference (sentence-transformers encodes in eval mode): left out.
+    let modules: Vec<&Module> = modules.iter().filter(|m| kind(m) != "Dropout").collect();
+    for module in modules.iter().copied() {
         let why = match kind(module).as_str() {
             "Transformer" | "Pooling" | "Dense" | "Normalize" => continue,
             "CLIPModel" => "images are not supported; this pipeline embeds text with text models",
@@ -572,7 +654,7 @@ fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
     if poolings > 1 {
         return Err(bad(format!("has {poolings} Pooling modules; one is supported")));
     }
-    let order: Vec<String> = modules.iter().map(kind).collect();
+    let order: Vec<String> = modules.iter().map(|m| kind(m)).collect();
     let (Some("Transformer"), Some("Pooling")) = (order.first().map(String::as_str), order.get(1).map(String::as_str))
     else {
         if poolings == 0 {
@@ -585,7 +667,7 @@ fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
     };
     let rest = &modules[2..];
     let normalize = rest.last().is_some_and(|m| kind(m) == "Normalize");
-    let dense: Vec<&Module> = rest[..rest.len() - normalize as usize].iter().collect();
+    let dense: Vec<&Module> = rest[..rest.len() - normalize as usize].to_vec();
     if let Some(m) = dense.iter().find(|m| kind(m) != "Dense") {
         return Err(bad(format!(
             "has {} ({}) before the end of the chain; the chains this pipeline runs are Transformer, Pooling, any \
@@ -594,7 +676,7 @@ fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
             folder(m)
         )));
     }
-    Ok(Chain { pooling: &modules[1], dense, normalize })
+    Ok(Chain { pooling: modules[1], dense, normalize })
 }
 
 /// A Dense module's config and weights file, checked against the dimension it takes in.
@@ -925,6 +1007,71 @@ mod tests {
         // Empty arguments ask nothing.
         sbert(r#", "processing_kwargs": {"text": {}, "image": null}"#);
         ModelSpec::load(d).unwrap();
+    }
+
+    #[test]
+    fn other_model_classes_and_outputs_are_refused_by_name_and_dropout_is_left_out() {
+        // Issue 54: a CrossEncoder was refused as having "no Pooling module"; another transformer_task or output
+        // would embed logits; a Dropout (the identity at inference) was refused.
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        std::fs::write(
+            d.join("modules.json"),
+            r#"[{"path":"","type":"sentence_transformers.base.modules.transformer.Transformer"},
+               {"path":"1_CausalScoreHead","type":"sentence_transformers.cross_encoder.modules.CausalScoreHead"}]"#,
+        )
+        .unwrap();
+        for (kind, says) in [
+            ("CrossEncoder", "a reranker"),
+            ("SparseEncoder", "sparse vectors"),
+            ("MultiVectorEncoder", "one vector per token"),
+            ("Florence", "not a SentenceTransformer"),
+        ] {
+            std::fs::write(d.join(ST_CONFIG), format!(r#"{{"model_type": "{kind}"}}"#)).unwrap();
+            let err = ModelSpec::load(d).unwrap_err().to_string();
+            assert!(err.contains(ST_CONFIG) && err.contains(kind) && err.contains(says), "{err}");
+        }
+        write_minimal(d);
+        std::fs::write(d.join(ST_CONFIG), r#"{"model_type": "SentenceTransformer"}"#).unwrap();
+        ModelSpec::load(d).unwrap();
+
+        let sbert = |extra: &str| {
+            std::fs::write(d.join("sentence_bert_config.json"), format!(r#"{{"max_seq_length": 16{extra}}}"#)).unwrap()
+        };
+        for (extra, says) in [
+            (r#", "transformer_task": "fill-mask""#, "SPLADE"),
+            (r#", "transformer_task": "sequence-classification""#, "reranker"),
+            (r#", "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}}"#, "logits"),
+            (r#", "modality_config": {"image": {"method": "forward"}}"#, "gives text nothing"),
+        ] {
+            sbert(extra);
+            let err = ModelSpec::load(d).unwrap_err().to_string();
+            assert!(err.contains("sentence_bert_config.json") && err.contains(says), "{extra}: {err}");
+        }
+        sbert(
+            r#", "transformer_task": "feature-extraction", "modality_config": {"text": {"method": "forward",
+               "method_output_name": "last_hidden_state"}, "image": {"method": "get_image_features"}}"#,
+        );
+        ModelSpec::load(d).unwrap();
+
+        for dropout in [
+            "sentence_transformers.models.Dropout",
+            "sentence_transformers.sentence_transformer.modules.dropout.Dropout",
+        ] {
+            std::fs::write(
+                d.join("modules.json"),
+                format!(
+                    r#"[{{"path":"","type":"sentence_transformers.models.Transformer"}},
+                       {{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}},
+                       {{"path":"2_Dropout","type":"{dropout}"}},
+                       {{"path":"3_Normalize","type":"sentence_transformers.models.Normalize"}}]"#
+                ),
+            )
+            .unwrap();
+            let spec = ModelSpec::load(d).unwrap();
+            assert!(spec.normalize && spec.dense.is_empty(), "{dropout}");
+        }
     }
 
     #[test]

@@ -262,6 +262,61 @@ async fn modernbert_with_mean_pooling_matches_sentence_transformers() {
     shape_matches("modernbert-mean").await;
 }
 
+/// Issue 54: Dropout modules, the identity when sentence-transformers encodes, are left out of the chain (they
+/// were refused), before and after a Dense.
+#[tokio::test(flavor = "multi_thread")]
+async fn dropout_modules_are_the_identity_and_match_sentence_transformers() {
+    shape_matches("bert-dropout").await;
+}
+
+/// Issue 54: what the pipeline would refuse of a checkpoint and needs no torch to see is refused before torch
+/// loads, naming the user's checkpoint, without a traceback: another model class (a CrossEncoder), a saved
+/// truncate_dim, another transformer_task, a chain without Pooling. Nothing is written.
+#[test]
+fn the_exporter_refuses_what_needs_no_torch_to_see_naming_the_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::write(dir.join("texts.jsonl"), "\"a text\"\n").unwrap();
+    let chain = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+                    {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
+    let cases: [(&str, &str, &str, &[&str]); 4] = [
+        (
+            chain,
+            "config_sentence_transformers.json",
+            r#"{"model_type": "CrossEncoder"}"#,
+            &["CrossEncoder", "reranker"],
+        ),
+        (
+            chain,
+            "config_sentence_transformers.json",
+            r#"{"truncate_dim": 64}"#,
+            &["truncate_dim 64", "embed.truncate_dim"],
+        ),
+        (chain, "sentence_bert_config.json", r#"{"transformer_task": "fill-mask"}"#, &["transformer_task 'fill-mask'"]),
+        (
+            r#"[{"path":"","type":"sentence_transformers.models.Transformer"}]"#,
+            "sentence_bert_config.json",
+            "{}",
+            &["no Pooling module"],
+        ),
+    ];
+    for (modules, file, content, says) in cases {
+        for name in ["config_sentence_transformers.json", "sentence_bert_config.json"] {
+            let _ = std::fs::remove_file(ckpt.join(name));
+        }
+        std::fs::write(ckpt.join("modules.json"), modules).unwrap();
+        std::fs::write(ckpt.join(file), content).unwrap();
+        let o = export(dir, &[]);
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && !err.contains("Traceback"), "{content}: {err}");
+        assert!(err.contains(&ckpt.canonicalize().unwrap().display().to_string()), "{content}: {err}");
+        assert!(says.iter().all(|s| err.contains(s)), "{content}: {err}");
+        assert!(!dir.join("model").exists(), "nothing written");
+    }
+}
+
 /// A checkpoint whose model is its own code (config.json's auto_map, as nomic's and jina's): refused without
 /// `--trust-remote-code`, with that advice instead of a traceback, and exported and matched with it.
 #[tokio::test(flavor = "multi_thread")]
