@@ -9,9 +9,12 @@ below the dtype's minimum cosine.
 """
 
 import argparse
+import contextlib
 import datetime
 import hashlib
+import io
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -290,6 +293,19 @@ def check_without_torch(checkpoint):
                  f"(it runs {', '.join(SUPPORTED_MODULES)})")
     if "Pooling" not in kinds:
         fail(f"{checkpoint}/modules.json: has no Pooling module, so it makes no one vector per text")
+    # Remote code kept in another repository ("Alibaba-NLP/new-impl--modeling.NewModel", gte-v1.5's): the export
+    # runs offline, so that code must be in the checkpoint's folder (issue 54: a 70-line traceback).
+    auto_map = read_config(checkpoint, "config.json").get("auto_map") or {}
+    elsewhere = sorted({ref for refs in auto_map.values() for ref in (refs if isinstance(refs, list) else [refs])
+                        if isinstance(ref, str) and "--" in ref})
+    if elsewhere:
+        repos = sorted({ref.partition("--")[0] for ref in elsewhere})
+        local = [ref.partition("--")[2] for ref in elsewhere]
+        files = sorted({name.split(".")[0] + ".py" for name in local})
+        fail(f"{checkpoint}/config.json: auto_map takes the model's code from another repository "
+             f"({', '.join(repos)}), and the export runs offline. Copy its code files ({', '.join(files)}, and what "
+             f"they import) into the checkpoint's folder, change those auto_map entries to name them there "
+             f"({', '.join(local)}), read the code, then export with --trust-remote-code")
     return modules
 
 
@@ -358,17 +374,8 @@ def export(args):
         onnx_path = staging / "onnx" / "model.onnx"
         axes = {n: {0: "batch", 1: "sequence"} for n in input_names}
         axes["last_hidden_state"] = {0: "batch", 1: "sequence"}
-        with torch.no_grad():
-            torch.onnx.export(
-                exported,
-                tuple(dummy[n] for n in input_names),
-                str(onnx_path),
-                input_names=input_names,
-                output_names=["last_hidden_state"],
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
+        exporter, opset = trace(torch, onnx, exported, tuple(dummy[n] for n in input_names), onnx_path, input_names, axes,
+              model_type=getattr(auto_model.config, "model_type", "?"))
         graph = None
         if args.dtype == "float16":
             graph = to_float16(onnx, onnx_path)
@@ -487,7 +494,7 @@ def export(args):
                     "embeddingPipeline_exporter": facet(
                         torch=torch.__version__, transformers=transformers.__version__,
                         sentence_transformers=sentence_transformers.__version__, onnx=onnx.__version__,
-                        opset=OPSET, dtype=args.dtype, seconds=round(export_seconds, 2)),
+                        opset=opset, exporter=exporter, dtype=args.dtype, seconds=round(export_seconds, 2)),
                     "embeddingPipeline_verification": facet(**verification),
                 },
             },
@@ -496,7 +503,7 @@ def export(args):
                 "namespace": "file",
                 "name": str(out),
                 "facets": {"embeddingPipeline_onnx": facet(file="onnx/model.onnx", sha256=onnx_sha, external_data_sha256=external, dtype=args.dtype,
-                                                           opset=OPSET)},
+                                                           opset=opset)},
             }],
         }
         (staging / "lineage.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -507,6 +514,50 @@ def export(args):
         say(f"wrote {out} (onnx/model.onnx sha256 {onnx_sha[:12]}…, lineage.json)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def first_line(error):
+    """An exception as one line: its type and the first line of its message."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
+
+
+def trace(torch, onnx, exported, inputs, onnx_path, input_names, axes, model_type):
+    """Export `exported` to `onnx_path` with torch's TorchScript tracer, and where that fails (EmbeddingGemma's
+    bidirectional mask under it: issue 54), with torch's dynamo exporter; the verification that follows guards
+    either. When both fail, one line names the model type and both errors, never a traceback. Returns which
+    exporter wrote the graph ("torchscript" or "dynamo") and its opset."""
+    common = dict(input_names=input_names, output_names=["last_hidden_state"])
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(exported, inputs, str(onnx_path), dynamo=False, dynamic_axes=axes,
+                              opset_version=OPSET, **common)
+        return "torchscript", OPSET
+    except Exception as e:  # noqa: BLE001 - any failure of the tracer is answered by the other exporter
+        traced = first_line(e)
+    for p in onnx_path.parent.iterdir():
+        p.unlink()
+    say(f"torch's tracer could not export this {model_type} model ({traced}); trying torch's dynamo exporter")
+    # Its progress lines and log warnings (torchvision's missing operators) are not the user's business.
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            # Weights past protobuf's limit go to a data file, which the export then gathers into model.onnx_data.
+            large = sum(p.numel() * p.element_size() for p in exported.parameters()) > PROTOBUF_LIMIT
+            # The tracer's dynamic_axes, as dynamo takes them: the wrapper's one varargs parameter, each input
+            # dynamic in its batch and sequence.
+            # Its own opset: asked for the tracer's older one, its converter failed on these graphs.
+            dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")}
+            torch.onnx.export(exported, inputs, str(onnx_path), dynamo=True, external_data=large,
+                              dynamic_shapes=(tuple(dims for _ in inputs),), **common)
+    except Exception as e:  # noqa: BLE001
+        fail(f"torch cannot export this {model_type} model: the tracer stopped with {traced}, the dynamo exporter "
+             f"with {first_line(e)}. Try another torch or transformers version in scripts/export-requirements.txt, "
+             f"or report the model type")
+    graph = onnx.load(str(onnx_path), load_external_data=False)
+    return "dynamo", max((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
 def weight_bytes(model):

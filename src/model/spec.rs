@@ -344,6 +344,49 @@ fn tokenizer_lowercases(dir: &Path) -> Result<bool> {
 struct TokenizerConfig {
     model_max_length: Option<f64>,
     truncation_side: Option<String>,
+    /// The transformers class of the tokenizer (`LlamaTokenizerFast`, …).
+    tokenizer_class: Option<String>,
+}
+
+/// The tokenizer classes that transformers 5 builds with no normalizer and a `Metaspace` pre-tokenizer, whatever
+/// tokenizer.json says (transformers' `models/llama/tokenization_llama.py`, `code_llama`).
+const METASPACE_CLASSES: [&str; 4] =
+    ["LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast"];
+
+/// A tokenizer.json in the layout transformers 4 saved Llama and Mistral tokenizers in (a `Prepend("▁")`
+/// normalizer, no pre-tokenizer) under a class that transformers 5, which sentence-transformers loads through,
+/// rebuilds as a `Metaspace` pre-tokenizer: the two cut leading and repeated spaces differently (issue 54: a
+/// minimum cosine of 0.456 on a text with leading spaces), so such a directory is refused, saying how to re-save it.
+fn refuse_legacy_tokenizer_layout(dir: &Path, class: Option<&str>) -> Result<()> {
+    let Some(class) = class.filter(|c| METASPACE_CLASSES.contains(c)) else { return Ok(()) };
+    if !dir.join("tokenizer.json").is_file() {
+        return Ok(());
+    }
+    let tokenizer: serde_json::Value = read_json(dir, "tokenizer.json")?;
+    if !tokenizer.get("normalizer").is_some_and(|n| normalizer_has(n, "Prepend")) {
+        return Ok(());
+    }
+    Err(Error::model(
+        dir,
+        "tokenizer.json",
+        format!(
+            "is in the older {class} layout (a Prepend normalizer), which transformers 5, and so sentence-transformers, \
+             replaces with a Metaspace pre-tokenizer that treats leading spaces differently; the vectors would not be \
+             the model's. Save the tokenizer again with transformers 5 (AutoTokenizer.from_pretrained(dir)\
+             .save_pretrained(dir)) to write the layout it uses"
+        ),
+    ))
+}
+
+/// Whether a tokenizer.json normalizer is, or holds in a `Sequence`, one of type `kind`.
+fn normalizer_has(n: &serde_json::Value, kind: &str) -> bool {
+    match n.get("type").and_then(|t| t.as_str()) {
+        Some("Sequence") => {
+            n.get("normalizers").and_then(|l| l.as_array()).is_some_and(|l| l.iter().any(|n| normalizer_has(n, kind)))
+        }
+        Some(t) => t == kind,
+        None => false,
+    }
 }
 
 #[derive(Deserialize)]
@@ -397,6 +440,7 @@ fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
         }
     };
 
+    refuse_legacy_tokenizer_layout(dir, tokenizer_cfg.tokenizer_class.as_deref())?;
     let sbert: SbertConfig = read_json(dir, "sentence_bert_config.json")?;
     refuse_text_settings(dir, &sbert)?;
     // sentence-transformers 6 no longer writes max_seq_length there: the tokenizer's model_max_length is
@@ -1072,6 +1116,35 @@ mod tests {
             let spec = ModelSpec::load(d).unwrap();
             assert!(spec.normalize && spec.dense.is_empty(), "{dropout}");
         }
+    }
+
+    #[test]
+    fn a_llama_tokenizer_in_the_older_layout_is_refused_saying_how_to_save_it_again() {
+        // Issue 54: transformers 5 rebuilds a LlamaTokenizer's normalizer and pre-tokenizer from the class; a
+        // tokenizer.json in transformers 4's layout tokenised leading spaces otherwise (cosine 0.456).
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        write_minimal(d);
+        let legacy = r#"{"normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+            "pre_tokenizer": null}"#;
+        std::fs::write(d.join("tokenizer.json"), legacy).unwrap();
+        // Under another class (or none), the file is what transformers uses.
+        ModelSpec::load(d).unwrap();
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"tokenizer_class": "GemmaTokenizer"}"#).unwrap();
+        ModelSpec::load(d).unwrap();
+        std::fs::write(d.join("tokenizer_config.json"), r#"{"tokenizer_class": "LlamaTokenizerFast"}"#).unwrap();
+        let err = ModelSpec::load(d).unwrap_err().to_string();
+        assert!(
+            err.contains("tokenizer.json") && err.contains("LlamaTokenizerFast") && err.contains("Metaspace"),
+            "{err}"
+        );
+        assert!(err.contains("save_pretrained"), "{err}");
+        // transformers 5's own layout: no normalizer, a Metaspace pre-tokenizer.
+        let current = r#"{"normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+            "prepend_scheme": "first", "split": false}}"#;
+        std::fs::write(d.join("tokenizer.json"), current).unwrap();
+        ModelSpec::load(d).unwrap();
     }
 
     #[test]

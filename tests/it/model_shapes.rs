@@ -148,6 +148,8 @@ async fn bert_with_concatenated_pooling_a_dense_and_left_truncation_matches_sent
 #[tokio::test(flavor = "multi_thread")]
 async fn xlm_roberta_with_cls_and_a_dense_and_external_weights_matches_sentence_transformers() {
     let tmp = shape_exported_matches("xlmr-cls-dense", &["--external-data"]).await;
+    // 130 positions from pad id 1: 128 tokens, not 130 (issue 54).
+    the_largest_max_tokens_embeds_and_one_more_is_refused(tmp.path(), 128);
     let onnx = tmp.path().join("model/onnx");
     let (graph, data) = (onnx.join("model.onnx"), onnx.join("model.onnx_data"));
     let size = |p: &Path| std::fs::metadata(p).unwrap().len();
@@ -262,6 +264,60 @@ async fn modernbert_with_mean_pooling_matches_sentence_transformers() {
     shape_matches("modernbert-mean").await;
 }
 
+/// Issue 54: the largest `embed.max_tokens` the model's positions allow embeds texts past it (cut there), and one
+/// more is refused naming the limit, before any model call; `usable` is that largest value.
+fn the_largest_max_tokens_embeds_and_one_more_is_refused(dir: &Path, usable: usize) {
+    let job = |n: usize| {
+        let sql = format!(
+            "SET embed.model = 'model';\nSET embed.max_tokens = {n};\n\
+             CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
+             COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'limit-{n}.lance' STORED AS LANCE;\n"
+        );
+        std::fs::write(dir.join("limit.sql"), sql).unwrap();
+        pipeline(&["run", "-q", "limit.sql"], dir)
+    };
+    let o = job(usable);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let report: Value =
+        serde_json::from_slice(&pipeline(&["inspect", &format!("limit-{usable}.lance"), "--json"], dir).stdout)
+            .unwrap();
+    let run = &report["versions"][0]["run"];
+    assert!(run["truncated_documents"].as_u64().unwrap() > 0, "texts past {usable} tokens were cut: {run}");
+    let o = job(usable + 1);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains(&format!("use at most {usable}")), "{err}");
+    assert!(!dir.join(format!("limit-{}.lance", usable + 1)).exists(), "nothing written");
+}
+
+/// MPNet and RoBERTa number positions from `pad_token_id + 1`: each matches sentence-transformers at its most
+/// tokens (128 of 130 positions), takes 128 and refuses 129 (issue 54: 513 and 514 of 514 failed mid-run).
+#[tokio::test(flavor = "multi_thread")]
+async fn mpnet_and_roberta_match_at_their_most_tokens_and_refuse_more() {
+    for shape in ["mpnet-mean", "roberta-mean"] {
+        let tmp = shape_matches(shape).await;
+        the_largest_max_tokens_embeds_and_one_more_is_refused(tmp.path(), 128);
+    }
+}
+
+/// Issue 54: EmbeddingGemma's shape (a bidirectional Gemma3 text model, a Dense chain, query and document
+/// prompts). torch's tracer stops on its attention mask (before, a 222-line traceback); the exporter says so in one
+/// line, exports with torch's dynamo exporter, records which, and the export matches with and without the prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_embeddinggemma_shape_exports_through_dynamo_and_matches_with_its_prompt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let reference = build(dir, "gemma3-bidirectional");
+    let o = export(dir, &[]);
+    let (_, err) = text(&o);
+    assert!(o.status.success() && err.contains("trying torch's dynamo exporter"), "{err}");
+    assert!(!err.contains("Traceback") && err.lines().count() < 8, "{err}");
+    let lineage: Value = serde_json::from_slice(&std::fs::read(dir.join("model/lineage.json")).unwrap()).unwrap();
+    assert_eq!(lineage["run"]["facets"]["embeddingPipeline_exporter"]["exporter"], "dynamo", "{lineage}");
+    assert_matches("gemma3-bidirectional", &run(dir, "", "out.lance").await, &reference[""]);
+    let ours = run(dir, "SET embed.prompt_name = 'query';", "query.lance").await;
+    assert_matches("gemma3-bidirectional, query prompt", &ours, &reference["query"]);
+}
+
 /// Issue 54: Dropout modules, the identity when sentence-transformers encodes, are left out of the chain (they
 /// were refused), before and after a Dense.
 #[tokio::test(flavor = "multi_thread")]
@@ -271,7 +327,8 @@ async fn dropout_modules_are_the_identity_and_match_sentence_transformers() {
 
 /// Issue 54: what the pipeline would refuse of a checkpoint and needs no torch to see is refused before torch
 /// loads, naming the user's checkpoint, without a traceback: another model class (a CrossEncoder), a saved
-/// truncate_dim, another transformer_task, a chain without Pooling. Nothing is written.
+/// truncate_dim, another transformer_task, a chain without Pooling, remote code kept in another repository (gte's;
+/// before, a 70-line traceback). Nothing is written.
 #[test]
 fn the_exporter_refuses_what_needs_no_torch_to_see_naming_the_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
@@ -302,8 +359,19 @@ fn the_exporter_refuses_what_needs_no_torch_to_see_naming_the_checkpoint() {
             &["no Pooling module"],
         ),
     ];
+    let remote = r#"{"auto_map": {"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
+                                  "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel"}}"#;
+    let cases: Vec<(&str, &str, &str, &[&str])> = cases
+        .into_iter()
+        .chain([(
+            chain,
+            "config.json",
+            remote,
+            &["another repository (Alibaba-NLP/new-impl)", "modeling.py", "configuration.py"][..],
+        )])
+        .collect();
     for (modules, file, content, says) in cases {
-        for name in ["config_sentence_transformers.json", "sentence_bert_config.json"] {
+        for name in ["config_sentence_transformers.json", "sentence_bert_config.json", "config.json"] {
             let _ = std::fs::remove_file(ckpt.join(name));
         }
         std::fs::write(ckpt.join("modules.json"), modules).unwrap();
