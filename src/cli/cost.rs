@@ -105,22 +105,7 @@ mod tests {
     #[test]
     fn the_cost_tables_columns_line_up_whatever_the_figures() {
         // Issue 53: long ranges and small figures pushed the columns out of line.
-        let row = |name: &str, hours: f64, cost: Option<f64>| CostRow {
-            name: name.into(),
-            device: String::new(),
-            trial: String::new(),
-            hours,
-            low_hours: hours * 0.9,
-            high_hours: hours * 1.1,
-            priced_as: None,
-            per_hour: cost.map(|c| c / hours),
-            cost,
-            low_cost: cost.map(|c| c * 0.9),
-            high_cost: cost.map(|c| c * 1.1),
-            per_million_tokens: cost.map(|c| c / 1000.0),
-            vectors_match: Some(true),
-            meets_deadline: None,
-        };
+        let row = CostRow::sample;
         let report = CostReport {
             currency: "USD".into(),
             placeholder_prices: false,

@@ -86,6 +86,30 @@ pub struct CostRow {
     pub meets_deadline: Option<bool>,
 }
 
+#[cfg(test)]
+impl CostRow {
+    /// A row for tests: `hours` within ±10%, `cost` (if any) within the same, a thousand tokens' worth per million,
+    /// vectors that match and no deadline.
+    pub(crate) fn sample(name: &str, hours: f64, cost: Option<f64>) -> Self {
+        Self {
+            name: name.into(),
+            device: String::new(),
+            trial: String::new(),
+            hours,
+            low_hours: hours * 0.9,
+            high_hours: hours * 1.1,
+            priced_as: None,
+            per_hour: cost.map(|c| c / hours),
+            cost,
+            low_cost: cost.map(|c| c * 0.9),
+            high_cost: cost.map(|c| c * 1.1),
+            per_million_tokens: cost.map(|c| c / 1000.0),
+            vectors_match: Some(true),
+            meets_deadline: None,
+        }
+    }
+}
+
 /// The table and the choice.
 #[derive(Debug, Clone, Serialize)]
 pub struct CostReport {
@@ -333,20 +357,12 @@ mod tests {
 
     fn row(name: &str, hours: f64, cost: Option<f64>, matched: Option<bool>, meets: Option<bool>) -> CostRow {
         CostRow {
-            name: name.into(),
-            device: String::new(),
-            trial: String::new(),
-            hours,
-            low_hours: hours * 0.9,
-            high_hours: hours * 1.1,
-            priced_as: None,
-            per_hour: cost.map(|c| c / hours),
-            cost,
             low_cost: None,
             high_cost: None,
             per_million_tokens: None,
             vectors_match: matched,
             meets_deadline: meets,
+            ..CostRow::sample(name, hours, cost)
         }
     }
 
