@@ -1,6 +1,8 @@
 //! Criterion benchmark of the batch planner: ordering rows by token length and cutting token-budget
 //! batches, on synthetic lengths shaped like a real corpus (many short rows, a long tail).
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a program that reports what it measured
+
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use embedding_pipeline::model::batching::plan_batches;
 

@@ -9,6 +9,8 @@
 //!
 //! Prints one JSON line: documents, useful and processed tokens, seconds in the model, useful tokens/s.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a program that reports what it measured
+
 use std::io::BufRead;
 use std::path::Path;
 use std::time::Instant;

@@ -3,6 +3,8 @@
 //! Run from the repository root after `scripts/setup`:
 //!     cargo run --example embed_from_rust
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a program that reports what it measured
+
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use embedding_pipeline::EmbedSession;
 

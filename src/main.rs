@@ -1,4 +1,5 @@
 //! The `pipeline` binary; see [`embedding_pipeline::cli`].
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the command prints: that is its job
 
 use std::process::ExitCode;
 

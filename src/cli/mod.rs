@@ -1,5 +1,8 @@
 //! The `pipeline` command line: argument parsing and the subcommands.
 
+// The one part of the library that prints: what the command says, on stdout and stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 /// Print a note of `pipeline run` (a write's line, the summary): on stdout under `--format table`, on stderr
 /// under the machine-read formats, which keep stdout for results. See [`note_line`].
 macro_rules! note {

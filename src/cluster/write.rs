@@ -416,18 +416,27 @@ pub fn shares(records: &[(String, RunRecord)]) -> (Vec<ExecutorShare>, EmbedStat
     (by.into_values().collect(), total, rows)
 }
 
-/// Commit the tasks' fragments as one version of `uri` read at `read_version`, with a run record of them all.
+/// What the client knows of a write when its tasks have answered: where it goes, what it read, how it began.
+pub struct Committing<'a> {
+    pub uri: &'a str,
+    /// The version of `uri` the write was planned against (0 when it did not exist).
+    pub read_version: u64,
+    pub fingerprint: Option<&'a crate::campaign::Fingerprint>,
+    /// The device the output's previous version was made on, which the run record notes beside its own.
+    pub previous_device: Option<crate::campaign::DeviceInfo>,
+    pub started: Instant,
+    /// Whether the write is a `--restart`.
+    pub restarted: bool,
+}
+
+/// Commit the tasks' fragments as one version of the write's output, with a run record of them all.
 /// `None` when the tasks wrote nothing.
 pub async fn commit(
-    uri: &str,
-    read_version: u64,
+    write: Committing<'_>,
     gathered: Gathered,
-    fingerprint: Option<&crate::campaign::Fingerprint>,
-    previous_device: Option<crate::campaign::DeviceInfo>,
-    started: Instant,
     metrics: &RunMetrics,
-    restarted: bool,
 ) -> crate::Result<Option<WriteReport>> {
+    let Committing { uri, read_version, fingerprint, previous_device, started, restarted } = write;
     let (executors, stats, rows) = shares(&gathered.records);
     let peak = gathered.records.iter().map(|(_, r)| r.peak_memory_bytes).max().unwrap_or(0);
     let Some(mut operation) = merged(gathered.operations)?.filter(|_| rows > 0) else { return Ok(None) };
@@ -554,17 +563,15 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
         .into());
     }
     let read_version = existing.as_ref().map_or(0, |d| d.version().version);
-    let report = commit(
+    let write = Committing {
         uri,
         read_version,
-        gathered,
-        fingerprint.as_ref(),
+        fingerprint: fingerprint.as_ref(),
         previous_device,
         started,
-        session.metrics(),
-        options.restart,
-    )
-    .await?;
+        restarted: options.restart,
+    };
+    let report = commit(write, gathered, session.metrics()).await?;
     // The version the job ends on carries the tag: the new one, or, when nothing was left to write, the current one
     // (a finished job run again), as a local write does.
     let tagged = report.as_ref().map(|r| r.version).or(existing.as_ref().map(|_| read_version));

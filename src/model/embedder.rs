@@ -25,6 +25,9 @@ use crate::model::settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 use crate::model::tokenize::{TextTokenizer, Tokenized, TruncationSide};
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
 
+/// Each row's index in its call and its vector.
+type RowVectors = Vec<(usize, Vec<f32>)>;
+
 /// The inputs the pipeline makes for a graph: it feeds those of them the graph declares.
 const FED: [&str; 4] = ["input_ids", "attention_mask", "token_type_ids", "position_ids"];
 
@@ -325,7 +328,7 @@ impl Embedder {
         settings: &CallSettings,
         stop: &(dyn Fn() -> bool + Sync),
         busy: &Busy,
-    ) -> Result<Vec<(usize, Vec<f32>)>> {
+    ) -> Result<RowVectors> {
         let (rows, len) = (batch.rows.len(), batch.padded_len);
         let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
         // Asked once the session is ours, so that a call queued behind another never starts after a stop.
@@ -351,7 +354,7 @@ impl Embedder {
         settings: &CallSettings,
         rows: usize,
         len: usize,
-    ) -> Result<(Vec<(usize, Vec<f32>)>, Duration)> {
+    ) -> Result<(RowVectors, Duration)> {
         let BoundSession { session, feed } = bound;
         let ids =
             feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
@@ -391,7 +394,7 @@ impl Embedder {
         len: usize,
         mask: &[i64],
         settings: &CallSettings,
-    ) -> Result<Vec<(usize, Vec<f32>)>> {
+    ) -> Result<RowVectors> {
         let (rows, dim) = (batch.rows.len(), self.spec.token_dim);
         let in_graph = wanted == POOLED_OUTPUT;
         let (shape, data) = self.extract(&outputs[wanted], self.output_f16 && !in_graph)?;
@@ -440,7 +443,7 @@ impl Embedder {
         busy: &Busy,
     ) -> Result<Vec<Vec<f32>>> {
         let mut pooled = vec![Vec::new(); tokens.len()];
-        let mut place = |rows: Vec<(usize, Vec<f32>)>| {
+        let mut place = |rows: RowVectors| {
             for (row, v) in rows {
                 pooled[row] = v;
             }

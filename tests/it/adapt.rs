@@ -10,8 +10,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::lineage::{export, export_python, repo, status};
+use crate::common::{pipeline, text};
 
 fn adapt(args: &[&str], dir: &Path) -> Output {
     Command::new(repo().join("scripts/adapt")).args(args).current_dir(dir).output().unwrap()

@@ -2,20 +2,16 @@
 //! records, tags, `inspect`, `compare` and `check-invariance`.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use lance::Dataset;
 use serde_json::Value;
 
-use crate::common::{model_dir, scalar_i64, session, sql, write_jsonl};
+use crate::common::{model_dir, pipeline, scalar_i64, session, sql, write_jsonl};
 
 const FINGERPRINT_KEY: &str = "embedding_pipeline.fingerprint";
 const ONNX_SHA256: &str = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6";
 const TOKENIZER_SHA256: &str = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037";
-
-fn pipeline(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
-}
 
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))

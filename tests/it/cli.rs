@@ -1,17 +1,8 @@
 //! The `pipeline` binary: running a job file, its summary, and its errors and exit codes.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-use crate::common::{model_dir, write_jsonl};
-
-pub(crate) fn pipeline(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
-}
-
-pub(crate) fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
+use crate::common::{command, model_dir, pipeline, text, write_jsonl};
 
 pub(crate) fn job(dir: &Path, body: &str) -> String {
     write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text")), ("x3", None)]);
@@ -104,12 +95,7 @@ fn a_library_that_is_not_onnx_runtime_is_refused_cleanly() {
     let not_ort = tmp.path().join("libnot_ort.so");
     std::fs::write(&not_ort, b"not a shared library").unwrap();
     let file = job(tmp.path(), "SELECT embed('x');");
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", &file])
-        .env("ORT_DYLIB_PATH", &not_ort)
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
+    let o = command(&["run", &file], tmp.path()).env("ORT_DYLIB_PATH", &not_ort).output().unwrap();
     let (_, err) = text(&o);
     assert!(!o.status.success());
     assert!(err.contains("could not load ONNX Runtime") && err.contains("libnot_ort.so"), "{err}");

@@ -8,19 +8,13 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::cli::{pipeline, text};
-use crate::common::{model_dir, write_jsonl};
+use crate::common::{command, model_dir, write_jsonl};
+use crate::common::{pipeline, text};
 
 /// `pipeline ARGS` in `dir` with `input` on standard input.
 fn pipeline_with_stdin(args: &[&str], dir: &Path, input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        command(args, dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     child.wait_with_output().unwrap()
 }
@@ -193,13 +187,14 @@ fn formats_carry_full_vectors_and_maxrows_cuts() {
 fn a_reader_that_stops_early_ends_the_output_without_a_panic() {
     use std::io::{BufRead, BufReader};
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "--format", "ndjson", "--maxrows", "inf", "-c", "SELECT value FROM generate_series(1, 2000000)"])
-        .current_dir(tmp.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = command(
+        &["run", "--format", "ndjson", "--maxrows", "inf", "-c", "SELECT value FROM generate_series(1, 2000000)"],
+        tmp.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
     assert_eq!(first.trim(), "{\"value\":1}");
@@ -215,12 +210,7 @@ fn every_command_ends_quietly_on_a_closed_stdout() {
     // A pipe whose reader is gone before the program starts: its first print meets a closed stdout.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .arg("--version")
-        .stdout(writer)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let o = command(&["--version"], Path::new(".")).stdout(writer).stderr(Stdio::piped()).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.code(), Some(141), "{:?}", o.status);

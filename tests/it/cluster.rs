@@ -18,7 +18,7 @@ use embedding_pipeline::cluster::{ClusterKeys, check_keys_match};
 use embedding_pipeline::udf::EmbedUdf;
 use embedding_pipeline::udf::embed::HostOptions;
 
-use crate::common::{model_dir, session};
+use crate::common::{command, model_dir, pipeline, session, spawn, tiny_model_dir};
 
 /// A port nothing listens on now (and, with its neighbour, free for an executor's two services).
 fn free_port() -> u16 {
@@ -75,8 +75,7 @@ impl Cluster {
     fn launch(dir: &Path, executors: usize, timeout: u64, extra: &[&std::ffi::OsStr]) -> Cluster {
         let one_at_a_time = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
         let scheduler_port = free_port();
-        let scheduler = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-            .args(["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")])
+        let scheduler = command(&["scheduler", "--bind", &format!("127.0.0.1:{scheduler_port}")], dir)
             .args(["--executor-timeout", &timeout.to_string()])
             .args(extra)
             .stdout(Stdio::null())
@@ -99,13 +98,11 @@ impl Cluster {
         for i in 0..executors {
             let port = free_port();
             let work = dir.join(format!("executor-{i}"));
-            let child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-                .args(["executor", "--scheduler", &format!("127.0.0.1:{scheduler_port}")])
+            let child = command(&["executor", "--scheduler", &format!("127.0.0.1:{scheduler_port}")], &hosts)
                 .args(["--bind", &format!("127.0.0.1:{port}"), "--intra-threads", "1", "--concurrent-tasks", "1"])
                 .args(extra)
                 .arg("--work-dir")
                 .arg(&work)
-                .current_dir(&hosts)
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap();
@@ -142,10 +139,6 @@ impl Drop for Cluster {
             eprintln!("the scheduler's log:\n{}", std::fs::read_to_string(&self.log).unwrap_or_default());
         }
     }
-}
-
-fn pipeline(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
 }
 
 /// `n` documents from the 1,000 fortunes (past 1,000 they come round again, under new ids), in `parts` JSON
@@ -190,12 +183,13 @@ fn assert_same_vectors(here: &BTreeMap<String, Vec<f32>>, there: &BTreeMap<Strin
     assert!(worst <= 1e-6, "largest difference {worst}");
 }
 
-/// A query of every document's id and vector, from `docs/`.
+/// A query of every document's id and vector, from `docs/`, on the tiny model (what is checked is where rows are
+/// embedded and how they come back, not what the vectors mean).
 fn vectors_of_docs() -> String {
     format!(
         "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
          SELECT id, embed(text) AS v FROM docs",
-        model_dir().display()
+        tiny_model_dir().display()
     )
 }
 
@@ -219,7 +213,7 @@ fn a_query_embeds_on_two_executors_as_it_does_here() {
     let join = format!(
         "SET embed.model = '{}'; CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/'; \
          SELECT embed_dim() AS dim, count(*) AS n FROM docs a JOIN docs b ON a.id = b.id",
-        model_dir().display()
+        tiny_model_dir().display()
     );
     let args = ["run", "-q", "--format", "csv", "-c", &join];
     let here = pipeline(&args, dir.path());
@@ -281,10 +275,15 @@ async fn an_executor_with_another_model_refuses_to_embed() {
 
 /// The job that embeds `docs/` into `out`, at the default settings.
 fn write_job(dir: &Path, name: &str, out: &str, extra: &str) {
+    write_job_on(&tiny_model_dir(), dir, name, out, extra);
+}
+
+/// [`write_job`] on `model`: the real one where a test needs a write that takes a while.
+fn write_job_on(model: &Path, dir: &Path, name: &str, out: &str, extra: &str) {
     let sql = format!(
         "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/';\n\
          COPY (SELECT id, embed(text) AS embedding FROM docs) TO '{out}' STORED AS LANCE;\n",
-        model_dir().display()
+        model.display()
     );
     std::fs::write(dir.join(name), sql).unwrap();
 }
@@ -296,11 +295,16 @@ fn inspect(dir: &Path, dataset: &str) -> serde_json::Value {
 }
 
 /// 2,000 documents in 4 files, embedded here into `here/docs.lance` by `here.sql`; `there.sql` writes them into
-/// `there/docs.lance`.
+/// `there/docs.lance`. On the tiny model.
 fn embedded_here(dir: &Path) {
+    embedded_here_on(&tiny_model_dir(), dir);
+}
+
+/// [`embedded_here`] on `model`.
+fn embedded_here_on(model: &Path, dir: &Path) {
     fortunes_in_parts(dir, 2000, 4);
-    write_job(dir, "here.sql", "here/docs.lance", "");
-    write_job(dir, "there.sql", "there/docs.lance", "");
+    write_job_on(model, dir, "here.sql", "here/docs.lance", "");
+    write_job_on(model, dir, "there.sql", "there/docs.lance", "");
     let o = pipeline(&["run", "-q", "here.sql"], dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -410,7 +414,7 @@ fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
          CREATE EXTERNAL TABLE more STORED AS JSON LOCATION 'docs/part-1.jsonl'; \
          COPY (SELECT id, embed(text) AS embedding FROM docs UNION ALL SELECT id, embed(text) AS embedding FROM more) \
          TO 'half/docs.lance' STORED AS LANCE",
-                model_dir().display()
+                tiny_model_dir().display()
             ),
         ],
         dir,
@@ -462,7 +466,8 @@ fn a_write_on_two_executors_is_one_commit_equal_to_a_local_run() {
 fn an_executor_killed_in_a_write_leaves_every_id_once_after_a_rerun() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    embedded_here(dir);
+    // The real model, so that the kill lands while the tasks are still embedding.
+    embedded_here_on(&model_dir(), dir);
 
     // The scheduler takes an executor for lost after 15 s without a heartbeat (executors send one every 5 s).
     let mut cluster = Cluster::start_with(dir, 2, 15);
@@ -503,7 +508,7 @@ fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
     // executor (10 s, looked at every 15 s). A busy executor used to send none, and its task was taken from it and
     // restarted for ever.
     fortunes_in_parts(dir, 4000, 1);
-    write_job(dir, "there.sql", "there/docs.lance", "");
+    write_job_on(&model_dir(), dir, "there.sql", "there/docs.lance", "");
     let cluster = Cluster::start_with(dir, 1, 10);
     let started = Instant::now();
     let o = ended(running_there(dir, &cluster.url()), "the job did not end within 300 s");
@@ -519,13 +524,7 @@ fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
 
 /// `pipeline run --cluster url there.sql`, started.
 fn running_there(dir: &Path, url: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "--cluster", url, "there.sql"])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    spawn(&["run", "--cluster", url, "there.sql"], dir)
 }
 
 /// What `client` printed, once it ended; bounded at 300 s, as a job that hangs is a failure of its own, not a
@@ -555,21 +554,30 @@ fn writing_there(dir: &Path, url: &str) -> Child {
 }
 
 #[test]
-fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
+fn a_cluster_write_stopped_by_ctrl_c_commits_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    embedded_here(dir);
+    // The real model, so that the tasks are still embedding when the client is stopped.
+    fortunes_in_parts(dir, 2000, 4);
+    write_job_on(&model_dir(), dir, "there.sql", "there/docs.lance", "");
     let cluster = Cluster::start(dir, 2);
-    let url = cluster.url();
-
-    // Ctrl-C while the tasks write: nothing is committed, and the output has no version.
-    let client = writing_there(dir, &url);
+    let client = writing_there(dir, &cluster.url());
     let signalled = Command::new("kill").args(["-INT", &client.id().to_string()]).status().unwrap();
     assert!(signalled.success());
     let stopped = client.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&stopped.stderr);
     assert!(!stopped.status.success() && err.contains("stopped: nothing was committed"), "{err}");
     assert!(!dir.join("there/docs.lance/_versions").exists(), "a stopped job left a version");
+    drop(cluster);
+}
+
+#[test]
+fn a_cluster_write_inserts_tags_and_refuses_another_model_as_locally() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    embedded_here(dir);
+    let cluster = Cluster::start(dir, 2);
+    let url = cluster.url();
 
     // A quarter of the corpus, tagged; then INSERT INTO the Lance table, under another tag, adds only the rest in
     // one new version that the tag marks.
@@ -586,7 +594,7 @@ fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
          CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs/';\n\
          CREATE EXTERNAL TABLE out STORED AS LANCE LOCATION 'there/docs.lance';\n\
          INSERT INTO out SELECT id, embed(text) AS embedding FROM docs;\n",
-        model_dir().display()
+        tiny_model_dir().display()
     );
     std::fs::write(dir.join("insert.sql"), insert).unwrap();
     let o = pipeline(&["run", "--cluster", &url, "insert.sql"], dir);
@@ -616,7 +624,7 @@ fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
     std::fs::write(dir.join("one/all.jsonl"), all).unwrap();
     let job = format!(
         "SET embed.model = '{}'; SET datafusion.optimizer.repartition_file_min_size = 1024;          CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'one/all.jsonl';          COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'ranges/docs.lance' STORED AS LANCE",
-        model_dir().display()
+        tiny_model_dir().display()
     );
     let o = pipeline(&["run", "--cluster", &url, "-c", &job], dir);
     let out = String::from_utf8_lossy(&o.stdout);
@@ -633,9 +641,9 @@ fn a_cluster_write_stops_inserts_tags_and_refuses_another_model_as_locally() {
     // another tokenizer file refuse to embed, naming it, and the job commits nothing.
     for (home, edit) in [(dir.to_path_buf(), false), (dir.join("hosts"), true)] {
         let m = home.join("m");
-        crate::model::copy_configs(&model_dir(), &m);
+        crate::model::copy_configs(&tiny_model_dir(), &m);
         std::fs::create_dir_all(m.join("onnx")).unwrap();
-        std::os::unix::fs::symlink(model_dir().join("onnx/model.onnx"), m.join("onnx/model.onnx")).unwrap();
+        std::os::unix::fs::symlink(tiny_model_dir().join("onnx/model.onnx"), m.join("onnx/model.onnx")).unwrap();
         if edit {
             // The same tokenizer, written out with one more line end: another file.
             let text = std::fs::read_to_string(m.join("tokenizer.json")).unwrap();

@@ -15,6 +15,38 @@ pub fn model_dir() -> PathBuf {
     dir
 }
 
+/// The tiny model: `tests/fixtures/tiny`'s near-free graph (see its README) with the default model's tokenizer
+/// and configs, for the tests of mechanics (resume, kills, commits, plans, query shapes, clusters, stores), where
+/// what matters is which rows are written and when, not what the vectors mean. Assembled once under the
+/// target directory's temporary folder; the same files every time, so its fingerprint is stable.
+pub fn tiny_model_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let graph = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/onnx/model.onnx");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tiny-model");
+        let same = |d: &Path| std::fs::read(d.join("onnx/model.onnx")).ok() == std::fs::read(&graph).ok();
+        if same(&dir) {
+            return dir;
+        }
+        // Built beside it and renamed into place: tests in other processes may be assembling it too.
+        let staging = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("tiny-model.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        crate::model::copy_configs(&model_dir(), &staging);
+        std::fs::create_dir_all(staging.join("onnx")).unwrap();
+        std::fs::copy(&graph, staging.join("onnx/model.onnx")).unwrap();
+        if dir.exists() && !same(&dir) {
+            // Left by an older graph; a copy another process has just renamed into place is never removed.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        if std::fs::rename(&staging, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        assert!(same(&dir), "{} could not be assembled", dir.display());
+        dir
+    })
+    .clone()
+}
+
 /// A session on the default model.
 pub fn session() -> EmbedSession {
     session_on(&model_dir())
@@ -130,4 +162,28 @@ pub fn python(script: &str, args: &[&str], env: &[(&str, String)]) -> String {
     let o = Command::new(test_python()).arg("-c").arg(script).args(args).envs(env.iter().cloned()).output().unwrap();
     assert!(o.status.success(), "python failed:\n{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The one way the tests start the command: `pipeline ARGS` in `dir`, to be run, spawned or given more (an
+/// environment, standard input) by the caller.
+pub fn command(args: &[&str], dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pipeline"));
+    c.args(args).current_dir(dir);
+    c
+}
+
+/// `pipeline ARGS` in `dir`, run to the end.
+pub fn pipeline(args: &[&str], dir: &Path) -> std::process::Output {
+    command(args, dir).output().unwrap()
+}
+
+/// `pipeline ARGS` in `dir`, started, its output piped.
+pub fn spawn(args: &[&str], dir: &Path) -> std::process::Child {
+    use std::process::Stdio;
+    command(args, dir).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+/// A process's standard output and error, as text.
+pub fn text(o: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::common::docs_job;
+use crate::common::{pipeline, text};
 
 /// 300 fortunes embedded twice: whole into `out/docs.lance`, cut to 8 tokens into `out/short.lance`. Returns
 /// the (query, id) pairs: for each of the first 40 texts of 24 words or more, its second half.

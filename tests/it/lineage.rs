@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::common::{model_dir, write_jsonl};
+use crate::common::{pipeline, text};
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

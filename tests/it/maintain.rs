@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::cli::{pipeline, text};
 use crate::common::model_dir;
+use crate::common::{pipeline, text};
 
 fn fortunes() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl").display().to_string()
@@ -238,9 +238,7 @@ fn optimize_compacts_a_campaigns_commits_keeps_tagged_versions_and_the_vectors()
 
 /// `pipeline ARGS` in `dir`, started, its output dropped.
 fn spawn(args: &[&str], dir: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .current_dir(dir)
+    crate::common::command(args, dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -1,6 +1,7 @@
 //! Issue 18: every bad input named where it can first be known, in the job file's own terms.
 
-use crate::cli::{job, pipeline, text};
+use crate::cli::job;
+use crate::common::{pipeline, text};
 
 #[test]
 fn a_syntax_error_late_in_the_job_stops_it_before_anything_runs() {
@@ -124,7 +125,7 @@ fn outputs_that_cannot_be_written_are_refused_before_touching_the_disk() {
 mod compare {
     use std::process::Output;
 
-    use crate::cli::{pipeline, text};
+    use crate::common::{pipeline, text};
     use crate::common::{session, sql, write_jsonl};
 
     fn json(o: &Output) -> serde_json::Value {
@@ -213,8 +214,8 @@ mod compare {
 }
 
 mod reruns {
-    use crate::cli::{pipeline, text};
     use crate::common::{model_dir, write_jsonl};
+    use crate::common::{pipeline, text};
 
     fn write_job(d: &std::path::Path, model: &std::path::Path, extra: &str) {
         let sql = format!(

@@ -1,6 +1,6 @@
 //! The model path against known answers: the sentence-transformers README similarity matrix.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::{cosine, model_dir, norm, session, session_on, sql, vectors};
 
@@ -28,20 +28,17 @@ async fn int8_model_reproduces_the_similarity_matrix() {
 
 #[tokio::test]
 async fn fp32_model_reproduces_the_similarity_matrix_closely() {
-    let fp32 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2-fp32/model.onnx");
-    if !fp32.is_file() {
-        eprintln!("skipped: {} is absent (it exists only beside the project's CI)", fp32.display());
-        return;
-    }
-    // The same configs as the default model, with the float32 graph.
-    let tmp = tempfile::tempdir().unwrap();
-    copy_configs(&model_dir(), tmp.path());
-    std::fs::create_dir_all(tmp.path().join("onnx")).unwrap();
-    std::os::unix::fs::symlink(fp32.canonicalize().unwrap(), tmp.path().join("onnx/model.onnx")).unwrap();
-    let got = similarities(&session_on(tmp.path())).await;
+    let got = similarities(&session_on(&fp32_model_dir())).await;
     for (g, e) in got.iter().zip(EXPECTED) {
         assert!((g - e).abs() <= 0.0005, "got {got:?}, expected {EXPECTED:?} within 0.0005");
     }
+}
+
+/// The float32 export of the default model, which `scripts/setup --models` makes (scripts/test runs it).
+fn fp32_model_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2-fp32");
+    assert!(dir.join("onnx/model.onnx").is_file(), "{} is missing: run scripts/setup --models first", dir.display());
+    dir
 }
 
 /// Copy a model directory's tokenizer and configs, without its ONNX graph.
@@ -150,10 +147,7 @@ fn the_fingerprint_records_the_weight_type_of_the_int8_and_fp32_models() {
     let int8 = weight_types(&model_dir().join("onnx/model.onnx")).unwrap();
     assert_eq!(int8.dominant(), "int8");
     assert!(int8.0["float32"] > 0, "layer norms and biases stay float32: {int8:?}");
-    let fp32 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/models/all-MiniLM-L6-v2-fp32/model.onnx");
-    if fp32.is_file() {
-        assert_eq!(weight_types(&fp32).unwrap().dominant(), "float32");
-    }
+    assert_eq!(weight_types(&fp32_model_dir().join("onnx/model.onnx")).unwrap().dominant(), "float32");
     let not_onnx = weight_types(&model_dir().join("tokenizer.json")).unwrap_err();
     assert!(not_onnx.contains("not an ONNX model"), "{not_onnx}");
 }

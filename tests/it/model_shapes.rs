@@ -8,9 +8,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::common::{cosine, model_dir, session_on, sql, strings, vectors};
 use super::lineage::{export_python, repo};
+use crate::common::{pipeline, text};
 
 /// Texts from one word to past every shape's limit, in several scripts.
 fn texts() -> Vec<String> {

@@ -9,7 +9,7 @@ use std::process::Command;
 use datafusion::arrow::array::RecordBatch;
 use serde_json::Value;
 
-use crate::common::{model_dir, session, sql, strings, vectors};
+use crate::common::{model_dir, pipeline, session, sql, strings, vectors};
 
 /// Rows whose token count is known: "cat" repeated k times is k + 2 tokens. Shuffled lengths.
 fn cats(dir: &Path, n: usize) -> String {
@@ -187,11 +187,7 @@ fn order_memory_is_still_accepted_and_says_it_is_deprecated() {
         model_dir().display()
     );
     std::fs::write(tmp.path().join("job.sql"), job).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "--quiet", "job.sql"])
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
+    let o = pipeline(&["run", "--quiet", "job.sql"], tmp.path());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(
@@ -206,11 +202,7 @@ fn compare_order_reports_both_orders_with_identical_vectors() {
     let create = cats(tmp.path(), 64);
     std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display()))
         .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["compare-order", "job.sql", "--sample", "64", "--json"])
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
+    let o = pipeline(&["compare-order", "job.sql", "--sample", "64", "--json"], tmp.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["max_abs_diff"].as_f64(), Some(0.0));
@@ -234,11 +226,7 @@ fn compare_order_refuses_a_repeated_id() {
     std::fs::write(&corpus, text).unwrap();
     std::fs::write(tmp.path().join("job.sql"), format!("SET embed.model = '{}';\n{create};\n", model_dir().display()))
         .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["compare-order", "job.sql", "--sample", "8"])
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
+    let o = pipeline(&["compare-order", "job.sql", "--sample", "8"], tmp.path());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && stderr.contains("1 ids occur more than once (first: r0002)"), "{stderr}");
 }

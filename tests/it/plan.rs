@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::cli::{pipeline, text};
 use crate::common::{model_dir, session, sql, strings, write_jsonl};
+use crate::common::{pipeline, text};
 
 /// Texts of many lengths, some past a 16-token limit, and one NULL.
 fn texts(n: usize) -> Vec<(String, Option<String>)> {

@@ -3,14 +3,14 @@
 //! folder, and kill-and-resume from a plan.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::cli::{pipeline, text};
 use crate::common::{model_dir, write_jsonl};
+use crate::common::{pipeline, text};
 
 /// `n` rows of many lengths (some past a 16-token limit), one NULL text, split over two files of `docs/`.
 fn corpus(dir: &Path, n: usize) {
@@ -215,13 +215,8 @@ fn killed_runs_from_a_plan_resume_to_every_id_exactly_once() {
     for kill in 0..3 {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let before = versions();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-            .args(["run", "job.sql"])
-            .current_dir(d)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child =
+            crate::common::command(&["run", "job.sql"], d).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         let start = Instant::now();
         while versions() == before && child.try_wait().unwrap().is_none() {
             assert!(start.elapsed() < Duration::from_secs(120), "no commit within 120 s");

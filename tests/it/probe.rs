@@ -2,13 +2,13 @@
 //! keeps under the memory budget, and the refusals.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cli::{pipeline, text};
 use crate::common::{docs_job as job, model_dir, write_jsonl};
+use crate::common::{pipeline, text};
 
 /// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
 /// must find them).
@@ -26,13 +26,7 @@ fn corpus(dir: &Path) {
 
 /// Peak resident memory of a `pipeline` run, read from /proc while it runs, and whether it succeeded.
 fn run_peak(dir: &Path, args: &[&str]) -> (u64, bool) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = crate::common::command(args, dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut peak = 0;
     loop {
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {

@@ -2,26 +2,12 @@
 //! two runs at once, and --restart.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::model_dir;
-
-fn pipeline(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).output().unwrap()
-}
-
-fn spawn(args: &[&str], dir: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
+use crate::common::{model_dir, pipeline, spawn};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

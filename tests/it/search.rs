@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::common::{docs_job, write_jsonl};
+use crate::common::{pipeline, text};
 
 fn search(dir: &Path, args: &[&str]) -> (std::process::Output, Value) {
     let mut all = vec!["search", "--json"];

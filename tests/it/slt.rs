@@ -138,36 +138,41 @@ fn slt_files() -> Vec<PathBuf> {
     files
 }
 
+/// Each file in its own session and directory, all at once (DataFusion's runner runs its files in parallel too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sql_surface_is_as_its_slt_files_say() {
     let files = slt_files();
     assert!(files.len() >= 4, "tests/slt holds {} files", files.len());
-    let complete = std::env::var_os("EMBED_PIPELINE_SLT_COMPLETE").is_some();
-    let mut failed = Vec::new();
-    for file in &files {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        let mut runner = sqllogictest::Runner::new(move || {
-            let db = Pipeline { session: session(), dir: path.clone(), json_sources: Vec::new() };
-            async move { Ok::<_, Error>(db) }
-        });
-        runner.set_var("DIR".into(), dir.path().display().to_string());
-        runner.with_column_validator(sqllogictest::strict_column_validator);
-        if complete {
-            runner
-                .update_test_file(
-                    file,
-                    " ",
-                    sqllogictest::default_validator,
-                    sqllogictest::default_normalizer,
-                    sqllogictest::strict_column_validator,
-                )
-                .await
-                .unwrap();
-        } else if let Err(e) = runner.run_file_async(file).await {
-            failed.push(format!("{}: {}", file.display(), e.display(false)));
-        }
-        runner.shutdown_async().await;
-    }
+    let failed: Vec<String> =
+        futures::future::join_all(files.iter().map(|f| run_file(f))).await.into_iter().flatten().collect();
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// Run one file (or, with EMBED_PIPELINE_SLT_COMPLETE set, write the engine's results into it); its failure.
+async fn run_file(file: &Path) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let mut runner = sqllogictest::Runner::new(move || {
+        let db = Pipeline { session: session(), dir: path.clone(), json_sources: Vec::new() };
+        async move { Ok::<_, Error>(db) }
+    });
+    runner.set_var("DIR".into(), dir.path().display().to_string());
+    runner.with_column_validator(sqllogictest::strict_column_validator);
+    let mut failed = None;
+    if std::env::var_os("EMBED_PIPELINE_SLT_COMPLETE").is_some() {
+        runner
+            .update_test_file(
+                file,
+                " ",
+                sqllogictest::default_validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::strict_column_validator,
+            )
+            .await
+            .unwrap();
+    } else if let Err(e) = runner.run_file_async(file).await {
+        failed = Some(format!("{}: {}", file.display(), e.display(false)));
+    }
+    runner.shutdown_async().await;
+    failed
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{model_dir, python, test_python};
+use crate::common::{command, model_dir, python, test_python};
 
 /// moto's S3 server on a free port of 127.0.0.1, killed when dropped.
 struct S3Server {
@@ -56,7 +56,7 @@ impl Drop for S3Server {
 }
 
 fn pipeline(args: &[&str], dir: &Path, env: &[(&str, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline")).args(args).current_dir(dir).envs(env.iter().cloned()).output().unwrap()
+    command(args, dir).envs(env.iter().cloned()).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -113,9 +113,7 @@ fn a_corpus_in_a_bucket_embeds_into_a_bucket_survives_ctrl_c_resumes_and_reads_b
     std::fs::write(d.join("local.sql"), job("docs.jsonl", "clean.lance")).unwrap();
 
     // Ctrl-C once the first commit is in the bucket.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(["run", "s3.sql"])
-        .current_dir(d)
+    let mut child = command(&["run", "s3.sql"], d)
         .envs(env.iter().cloned())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::cli::{pipeline, text};
 use super::common::{docs_job, python};
+use crate::common::{pipeline, text};
 
 /// The first `n` fortunes as `docs.jsonl`, and the job that embeds them into `out/docs.lance`, run.
 fn campaign(dir: &Path, n: usize) {
@@ -282,9 +282,7 @@ fn verify_stops_when_asked_and_keeps_each_versions_result_beside_the_real_datase
 
     // Stopped once it has begun (it says its first stage after it watches for signals): exit 130, nothing saved.
     for signal in ["-INT", "-TERM"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
-            .args(["verify", "out/docs.lance", "--job", "job.sql"])
-            .current_dir(dir)
+        let mut child = crate::common::command(&["verify", "out/docs.lance", "--job", "job.sql"], dir)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
