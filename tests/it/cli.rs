@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{command, model_dir, pipeline, text, write_jsonl};
+use crate::common::{assert_text, command, model_dir, pipeline, text, write_jsonl};
 
 pub(crate) fn job(dir: &Path, body: &str) -> String {
     write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text")), ("x3", None)]);
@@ -24,40 +24,8 @@ fn run_writes_prints_and_summarises() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
     // The whole text, as a user reads it; what differs between runs and machines is filtered.
-    snapshot_filters(tmp.path()).bind(|| insta::assert_snapshot!("run_writes_prints_and_summarises", out));
+    assert_text("run_writes_prints_and_summarises", tmp.path(), &out);
     assert!(tmp.path().join("out/docs.lance").is_dir());
-}
-
-/// The command's text with what changes from run to run replaced: the temporary directory, durations, rates,
-/// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
-/// CPUs); the lines about other runs sharing the machine are left out.
-pub(crate) fn snapshot_filters(dir: &Path) -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path("snapshots");
-    settings.set_prepend_module_to_snapshot(false);
-    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    for d in [real.as_path(), dir] {
-        settings.add_filter(&regex_escape(&d.display().to_string()), "[DIR]");
-    }
-    settings.add_filter(r"\b\d+(\.\d+)? ?(ms|s|min)\b", "[TIME]");
-    settings.add_filter(r"[\d,]+(\.\d+)? (useful )?tokens/s", "[RATE] tokens/s");
-    settings.add_filter(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB)\b", "[MEMORY]");
-    settings.add_filter(r"\b\d+ (intra-op )?threads?\b", "[N] threads");
-    settings.add_filter(r"on cpu: .* \(\[N\] threads\)", "on cpu: [CPU] ([N] threads)");
-    settings.add_filter(r"\[(-?\d+\.\d+, )+… (\d+) values\]", "[[VALUES] … $2 values]");
-    // How busy the model was depends on the machine; whether the host set the pace too.
-    settings
-        .add_filter(r"model busy \d+% of the wall time \(([^)]*)\)(: .*)?", "model busy [SHARE] of the wall time ($1)");
-    // Other tests' runs share this machine now and then: the lines that say so are not this run's output.
-    settings.add_filter(r"(?m)^(note: other pipeline runs share|shared machine: ).*\n", "");
-    settings
-}
-
-/// `text` as a regular expression that matches only itself.
-fn regex_escape(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
-        .collect()
 }
 
 #[test]
@@ -67,7 +35,7 @@ fn a_failing_statement_is_named_with_its_line_and_exits_non_zero() {
     let o = pipeline(&["run", &file], tmp.path());
     let (_, err) = text(&o);
     assert!(!o.status.success());
-    snapshot_filters(tmp.path()).bind(|| insta::assert_snapshot!("a_failing_statement_is_named", err));
+    assert_text("a_failing_statement_is_named", tmp.path(), &err);
 }
 
 #[test]

@@ -187,3 +187,50 @@ pub fn spawn(args: &[&str], dir: &Path) -> std::process::Child {
 pub fn text(o: &std::process::Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
+
+/// The command's text with what changes from run to run replaced: the temporary directory, durations, rates,
+/// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
+/// CPUs); the lines about other runs sharing the machine are left out.
+pub fn snapshot_filters(dir: &Path) -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    for d in [real.as_path(), dir] {
+        settings.add_filter(&regex_escape(&d.display().to_string()), "[DIR]");
+    }
+    // The repository and the install home, which differ between clones and machines.
+    settings.add_filter(&regex_escape(env!("CARGO_MANIFEST_DIR")), "[REPO]");
+    let home = std::env::var("EMBED_PIPELINE_HOME").map(PathBuf::from).unwrap_or_else(|_| {
+        let data = std::env::var("XDG_DATA_HOME").map(PathBuf::from);
+        data.unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share"))
+            .join("embedding-pipeline")
+    });
+    settings.add_filter(&regex_escape(&home.display().to_string()), "[HOME]");
+    settings.add_filter(r"\b\d+(\.\d+)? ?(ms|s|min)\b", "[TIME]");
+    settings.add_filter(r"[\d,]+(\.\d+)? (useful )?tokens/s", "[RATE] tokens/s");
+    settings.add_filter(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB)\b", "[MEMORY]");
+    settings.add_filter(r"\b\d+ (intra-op )?threads?\b", "[N] threads");
+    settings.add_filter(r"on cpu: .* \(\[N\] threads\)", "on cpu: [CPU] ([N] threads)");
+    settings.add_filter(r"\[(-?\d+\.\d+, )+… (\d+) values\]", "[[VALUES] … $2 values]");
+    // How busy the model was depends on the machine; whether the host set the pace too.
+    settings
+        .add_filter(r"model busy \d+% of the wall time \(([^)]*)\)(: .*)?", "model busy [SHARE] of the wall time ($1)");
+    // Other tests' runs share this machine now and then: the lines that say so are not this run's output.
+    settings.add_filter(r"(?m)^(note: other pipeline runs share|shared machine: ).*\n", "");
+    settings
+}
+
+/// `text` as a regular expression that matches only itself.
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
+        .collect()
+}
+
+/// `text`, the command's output, checked whole against `tests/it/snapshots/NAME.snap`, with what changes between
+/// runs and machines filtered ([`snapshot_filters`], `dir` being the test's directory). A new or changed text is
+/// written beside it as `.snap.new`; `INSTA_UPDATE=always` writes it in place, to read in the diff.
+pub fn assert_text(name: &str, dir: &Path, text: &str) {
+    snapshot_filters(dir).bind(|| insta::assert_snapshot!(name, text));
+}

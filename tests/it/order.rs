@@ -9,7 +9,7 @@ use std::process::Command;
 use datafusion::arrow::array::RecordBatch;
 use serde_json::Value;
 
-use crate::common::{model_dir, pipeline, session, sql, strings, vectors};
+use crate::common::{model_dir, pipeline, session, session_on, sql, strings, tiny_model_dir, vectors};
 
 /// Rows whose token count is known: "cat" repeated k times is k + 2 tokens. Shuffled lengths.
 fn cats(dir: &Path, n: usize) -> String {
@@ -36,9 +36,10 @@ async fn through_lance(s: &embedding_pipeline::EmbedSession, dir: &Path, name: &
     sql(s, &format!("SELECT * FROM {name}")).await.unwrap()
 }
 
-/// A session on one partition, reading `n` rows of cats in batches of 16, after `settings`.
+/// A session on the tiny model (the ordering is the point here; each length still gets its own vector) and one
+/// partition, reading `n` rows of cats in batches of 16, after `settings`.
 async fn cats_in_small_batches(dir: &Path, n: usize, settings: &str) -> embedding_pipeline::EmbedSession {
-    let s = session();
+    let s = session_on(&tiny_model_dir());
     let setup = format!(
         "SET datafusion.execution.target_partitions = 1; SET datafusion.execution.batch_size = 16; {settings} {}",
         cats(dir, n)

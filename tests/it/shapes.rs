@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::common::{scalar_i64, session, sql, strings};
+use crate::common::{scalar_i64, session, session_on, sql, strings, tiny_model_dir};
 
 /// `a` and `b` of `n` rows each, and `meta`, which marks a's even rows English.
 fn corpus(dir: &Path, n: usize) {
@@ -24,9 +24,10 @@ fn corpus(dir: &Path, n: usize) {
     std::fs::write(dir.join("meta.jsonl"), meta.join("\n") + "\n").unwrap();
 }
 
-/// A session with the three tables of `dir`.
+/// A session on the tiny model (which rows are embedded is the point here, not their vectors) with the three
+/// tables of `dir`.
 async fn tables(dir: &Path) -> embedding_pipeline::EmbedSession {
-    let s = session();
+    let s = session_on(&tiny_model_dir());
     for t in ["a", "b", "meta"] {
         sql(
             &s,
