@@ -31,17 +31,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_filter(filter);
     tracing_subscriber::registry().with(printed).with(embedding_pipeline::cluster::executor_id_layer()).init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(cli::main(cli, inputs));
-    // Do not wait for blocking work nobody needs any more (a model call or token count started before a
-    // stop): its results are never used, and nothing it does is written.
-    runtime.shutdown_background();
+    let result = cli::run(cli, inputs);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -753,6 +753,19 @@ pub const LANCE_VERSION: &str = "14.0.2";
 /// The ort crate this build uses (pinned in Cargo.toml; a unit test holds the two together).
 pub const ORT_CRATE_VERSION: &str = "2.0.0-rc.15";
 
+/// [`main`] on a runtime of its own, for the `pipeline` binary: polled here, the command's futures are compiled
+/// with the library; polled from the binary, they were compiled into it again (2 min 40 s a build; issue 55).
+pub fn run(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let result = runtime.block_on(main(cli, inputs));
+    // Do not wait for blocking work nobody needs any more (a model call or token count started before a
+    // stop): its results are never used, and nothing it does is written.
+    runtime.shutdown_background();
+    result
+}
+
 /// Run the parsed command line; `inputs` are `pipeline run`'s job files and `-c` statements, in order.
 pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()> {
     if cli.version {

@@ -183,11 +183,16 @@ fn no_two_source_files_import_each_other() {
 }
 
 /// How long a function may be is clippy's `too_many_lines` (Cargo.toml's lints, clippy.toml); the command's size is
-/// this.
+/// this: src/cli/ and the binary's src/main.rs together, as what runs the command moves between them (issue 55
+/// moved its runtime into `cli::run`, and the limit from 3,000 for src/cli/ alone to 3,100 for both: as much room).
 #[test]
 fn the_command_stays_thin() {
     let files = code_before_tests();
-    let cli: usize = files.iter().filter(|(f, _)| f.starts_with("cli/")).map(|(_, code)| code.lines().count()).sum();
-    assert!(cli < 3000, "src/cli/ holds {cli} lines outside its tests");
-    assert!(cli > 1000, "the count sees the command's files: {cli} lines");
+    let command: usize = files
+        .iter()
+        .filter(|(f, _)| f.starts_with("cli/") || *f == "main.rs")
+        .map(|(_, code)| code.lines().count())
+        .sum();
+    assert!(command < 3100, "src/cli/ and src/main.rs hold {command} lines outside their tests");
+    assert!(command > 1000, "the count sees the command's files: {command} lines");
 }

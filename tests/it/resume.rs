@@ -244,7 +244,7 @@ fn signal(child: &Child, name: &str) {
 fn sigterm_before_any_commit_keeps_the_rows_embedded_and_exits_soon() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    corpus(d, 12_000, &[]);
+    corpus(d, 6_000, &[]);
     job(d, "job.sql", "out.lance", 50_000);
     let mut child = spawn(&["run", "job.sql"], d);
     // Wait until the model has been running a while: the progress of a run shows in nothing on disk,
@@ -260,10 +260,10 @@ fn sigterm_before_any_commit_keeps_the_rows_embedded_and_exits_soon() {
     assert!(!o.status.success() && err.contains("interrupted"), "{err}");
     assert!(exit < Duration::from_secs(10), "{exit:?} to exit after SIGTERM");
     let kept = inspect(d, "out.lance")["rows"].as_u64().unwrap();
-    assert!(kept > 0 && kept < 12_000, "{kept} rows kept");
+    assert!(kept > 0 && kept < 6_000, "{kept} rows kept");
     let o = pipeline(&["run", "job.sql"], d);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_every_id_once(&inspect(d, "out.lance"), 12_000);
+    assert_every_id_once(&inspect(d, "out.lance"), 6_000);
 }
 
 /// Two runs on one machine take one thread per core each by default and slow each other down: the
