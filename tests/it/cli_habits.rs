@@ -8,8 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::common::{command, model_dir, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{command, model_dir, pipeline, text, write_jsonl};
 
 /// `pipeline ARGS` in `dir` with `input` on standard input.
 fn pipeline_with_stdin(args: &[&str], dir: &Path, input: &str) -> Output {

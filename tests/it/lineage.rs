@@ -8,8 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::common::{model_dir, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{model_dir, pipeline, text, write_jsonl};
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{model_dir, session, sql, strings, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{model_dir, pipeline, session, sql, strings, text, write_jsonl};
 
 /// Texts of many lengths, some past a 16-token limit, and one NULL.
 fn texts(n: usize) -> Vec<(String, Option<String>)> {

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::common::{model_dir, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{model_dir, pipeline, text, write_jsonl};
 
 /// `n` rows of many lengths (some past a 16-token limit), one NULL text, split over two files of `docs/`.
 fn corpus(dir: &Path, n: usize) {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{docs_job as job, model_dir, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{docs_job as job, model_dir, pipeline, text, write_jsonl};
 
 /// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
 /// must find them).

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::common::{docs_job, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{docs_job, pipeline, text, write_jsonl};
 
 fn search(dir: &Path, args: &[&str]) -> (std::process::Output, Value) {
     let mut all = vec!["search", "--json"];

@@ -8,8 +8,7 @@ use datafusion::arrow::datatypes::DataType;
 use embedding_pipeline::campaign::Fingerprint;
 use embedding_pipeline::lance::records::fingerprint_of_dataset;
 
-use crate::common::{model_dir, norm, session_on, sql, vectors, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{model_dir, norm, pipeline, session_on, sql, text, vectors, write_jsonl};
 use crate::model::copy_configs;
 
 /// The default model's files under `dir`, with these prompts in config_sentence_transformers.json.

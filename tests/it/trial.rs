@@ -7,8 +7,7 @@ use std::path::Path;
 use embedding_pipeline::ops::trial::TrialReport;
 use serde_json::Value;
 
-use crate::common::{docs_job as job, write_jsonl};
-use crate::common::{pipeline, text};
+use crate::common::{docs_job as job, pipeline, text, write_jsonl};
 
 /// 400 texts of 5 to about 250 tokens, in no particular order.
 fn corpus(dir: &Path) {

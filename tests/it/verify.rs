@@ -8,8 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::common::{docs_job, python};
-use crate::common::{pipeline, text};
+use crate::common::{docs_job, pipeline, python, text};
 
 /// The first `n` fortunes as `docs.jsonl`, and the job that embeds them into `out/docs.lance`, run.
 fn campaign(dir: &Path, n: usize) {
