@@ -8,9 +8,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::common::{cosine, model_dir, session_on, sql, strings, vectors};
 use super::lineage::{export_python, repo};
-use crate::common::{pipeline, text};
+use crate::common::{cosine, model_dir, pipeline, session_on, sql, strings, text, vectors};
 
 /// Texts from one word to past every shape's limit, in several scripts.
 fn texts() -> Vec<String> {
@@ -323,6 +322,46 @@ async fn an_embeddinggemma_shape_exports_through_dynamo_and_matches_with_its_pro
 #[tokio::test(flavor = "multi_thread")]
 async fn dropout_modules_are_the_identity_and_match_sentence_transformers() {
     shape_matches("bert-dropout").await;
+}
+
+/// Issue 54: the other encoders its trial matched: DistilBERT (its own configuration names, no token_type_ids),
+/// DeBERTa-v2 (relative positions only) and ELECTRA (embeddings narrower than the body, projected).
+#[tokio::test(flavor = "multi_thread")]
+async fn distilbert_deberta_v2_and_electra_match_sentence_transformers() {
+    for shape in ["distilbert-mean", "deberta-v2-mean", "electra-mean"] {
+        shape_matches(shape).await;
+    }
+}
+
+/// Issue 54: without a Normalize module the vectors keep their lengths, as sentence-transformers gives them (the
+/// comparison is by cosine, so the lengths are checked apart).
+#[tokio::test(flavor = "multi_thread")]
+async fn mpnet_without_normalize_keeps_the_lengths_sentence_transformers_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = build_and_export(tmp.path(), "mpnet-plain", &[]);
+    let ours = run(tmp.path(), "", "out.lance").await;
+    assert_matches("mpnet-plain", &ours, &reference[""]);
+    let theirs: Vec<Vec<f32>> = serde_json::from_value(reference[""].clone()).unwrap();
+    let length = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        assert!((length(a) - length(b)).abs() <= 1e-4 * length(b), "text {i}: {} against {}", length(a), length(b));
+    }
+    assert!(ours.iter().any(|v| (length(v) - 1.0).abs() > 0.01), "some vector is not of unit length");
+}
+
+/// Issue 54: the decoders its trial matched, each with last-token pooling under left padding (e5-mistral's and
+/// gte-Qwen2's way): Qwen2 (biases on q, k and v), Mistral and Llama.
+#[tokio::test(flavor = "multi_thread")]
+async fn qwen2_mistral_and_llama_decoders_match_sentence_transformers() {
+    for shape in ["qwen2-lasttoken", "mistral-lasttoken", "llama-lasttoken"] {
+        shape_matches(shape).await;
+    }
+}
+
+/// Issue 54: a causal Gemma3 (a sliding window on every other layer) under last-token pooling, then a Dense chain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_causal_gemma3_with_a_dense_chain_matches_sentence_transformers() {
+    shape_matches("gemma3-causal-dense").await;
 }
 
 /// Issue 54: what the pipeline would refuse of a checkpoint and needs no torch to see is refused before torch
