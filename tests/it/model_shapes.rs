@@ -358,6 +358,15 @@ async fn qwen2_mistral_and_llama_decoders_match_sentence_transformers() {
     }
 }
 
+/// Issue 54: NomicBERT (rotary positions, SwiGLU), which transformers 5 builds without nomic's remote code, with
+/// nomic-embed's query and document prompts.
+#[tokio::test(flavor = "multi_thread")]
+async fn nomic_bert_matches_sentence_transformers_with_each_of_its_prompts() {
+    let tmp = shape_and_its_query_prompt_match("nomic-bert-mean").await;
+    let ours = run(tmp.path(), "SET embed.prompt_name = 'document';", "document.lance").await;
+    assert_matches("nomic-bert-mean, document prompt", &ours, &reference_of(tmp.path())["document"]);
+}
+
 /// Issue 54: a causal Gemma3 (a sliding window on every other layer) under last-token pooling, then a Dense chain.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_causal_gemma3_with_a_dense_chain_matches_sentence_transformers() {
