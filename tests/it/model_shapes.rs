@@ -52,17 +52,53 @@ fn export(dir: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 /// Build `shape` in `dir/ckpt`; sentence-transformers' vectors of [`texts`] by prompt name.
+///
+/// The shape's model is random but seeded, so the same fixture script, texts, tokenizer and exporter environment
+/// build the same files: each shape is built once for those inputs and kept under the target directory's
+/// temporary folder (as the tiny model is), then copied here. A change to any of them builds it again.
 fn build(dir: &Path, shape: &str) -> Value {
+    use sha2::{Digest, Sha256};
     let lines: Vec<String> = texts().iter().map(|t| serde_json::to_string(t).unwrap()).collect();
-    std::fs::write(dir.join("texts.jsonl"), lines.join("\n") + "\n").unwrap();
-    let o = Command::new(export_python())
-        .arg(repo().join("tests/fixtures/make_st_shapes.py"))
-        .args([shape, &model_dir().display().to_string(), "ckpt", "texts.jsonl", "reference.json"])
-        .stdin(std::process::Stdio::null())
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{shape}: {}", String::from_utf8_lossy(&o.stderr));
+    let texts_file = lines.join("\n") + "\n";
+    std::fs::write(dir.join("texts.jsonl"), &texts_file).unwrap();
+    let script = repo().join("tests/fixtures/make_st_shapes.py");
+    let python = export_python();
+    let mut key = Sha256::new();
+    for part in [
+        std::fs::read(&script).unwrap(),
+        texts_file.into_bytes(),
+        std::fs::read(model_dir().join("tokenizer.json")).unwrap(),
+        python.display().to_string().into_bytes(),
+        shape.as_bytes().to_vec(),
+    ] {
+        key.update((part.len() as u64).to_le_bytes());
+        key.update(part);
+    }
+    let key = format!("{:x}", key.finalize());
+    let shapes = Path::new(env!("CARGO_TARGET_TMPDIR")).join("st-shapes");
+    let kept = shapes.join(format!("{shape}-{}", &key[..16]));
+    if !kept.join("reference.json").is_file() {
+        // Built beside it and renamed into place: another test may be building the same shape.
+        let staging = shapes.join(format!("{shape}-{}.{}", &key[..16], std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).unwrap();
+        let o = Command::new(&python)
+            .arg(&script)
+            .args([shape, &model_dir().display().to_string(), "ckpt"])
+            .arg(dir.join("texts.jsonl"))
+            .arg("reference.json")
+            .stdin(std::process::Stdio::null())
+            .current_dir(&staging)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{shape}: {}", String::from_utf8_lossy(&o.stderr));
+        if std::fs::rename(&staging, &kept).is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        assert!(kept.join("reference.json").is_file(), "{} could not be built", kept.display());
+    }
+    super::maintain::copy_dir(&kept.join("ckpt"), &dir.join("ckpt"));
+    std::fs::copy(kept.join("reference.json"), dir.join("reference.json")).unwrap();
     reference_of(dir)
 }
 
