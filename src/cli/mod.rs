@@ -154,7 +154,7 @@ pub struct TrialFlags {
     minutes: f64,
     /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
     /// stratum, k chosen to come nearest).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = at_least::<1>)]
     sample: Option<u64>,
     /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
     #[arg(long, default_value = crate::ops::trial::TrialArgs::DEFAULT_SAVE)]
@@ -261,10 +261,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// At most this many work units, of equal tokens.
-        #[arg(long, conflicts_with = "unit_tokens", value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, conflicts_with = "unit_tokens", value_parser = at_least::<1>)]
         units: Option<u64>,
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
-        #[arg(long, default_value_t = crate::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = crate::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = at_least::<1>)]
         unit_tokens: u64,
         /// Plan for a run on this device (cpu, cuda, cuda:N…; sets embed.device, a SET in the job wins), from any
         /// machine: for a GPU, with the model it will use there (the float16 default), without a GPU here.
@@ -286,7 +286,7 @@ pub enum Command {
         #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
         memory_budget: Option<u64>,
         /// Largest embed.batch_tokens tried.
-        #[arg(long, default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(512..))]
+        #[arg(long, default_value_t = 262_144, value_parser = at_least::<512>)]
         max_batch_tokens: u64,
         /// Print JSON.
         #[arg(long)]
@@ -362,7 +362,7 @@ pub enum Command {
         #[arg(long, value_name = "DEVICE")]
         device: Option<String>,
         /// Tasks at once.
-        #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "K", default_value_t = 1, value_parser = at_least::<1>)]
         concurrent_tasks: u64,
         /// ONNX Runtime intra-op threads, over each job's embed.intra_threads (0: one per core).
         #[arg(long, value_name = "N")]
@@ -452,7 +452,7 @@ pub enum Command {
         #[arg(long, default_value = "embedding")]
         column: String,
         /// IVF partitions (default: Lance's choice from the row count).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_parser = at_least::<1>)]
         partitions: Option<u64>,
         /// Print JSON.
         #[arg(long)]
@@ -662,6 +662,14 @@ pub enum Command {
 static NOTES_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Send notes to stderr (under a machine-read `--format`).
+/// A whole number of at least `MIN`, for a flag: clap's own range check would name u64's largest value.
+fn at_least<const MIN: u64>(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= MIN => Ok(n),
+        _ => Err(format!("give a whole number, {MIN} or more")),
+    }
+}
+
 pub(crate) fn notes_to_stderr(on: bool) {
     NOTES_TO_STDERR.store(on, std::sync::atomic::Ordering::Relaxed);
 }

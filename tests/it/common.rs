@@ -234,3 +234,12 @@ fn regex_escape(text: &str) -> String {
 pub fn assert_text(name: &str, dir: &Path, text: &str) {
     snapshot_filters(dir).bind(|| insta::assert_snapshot!(name, text));
 }
+
+/// A command that must fail, as a snapshot reads it: `$ pipeline ARGS`, its exit code and its standard error.
+pub fn refusal(args: &[&str], o: &std::process::Output) -> String {
+    assert!(!o.status.success(), "pipeline {args:?} succeeded: {:?}", text(o));
+    let args: Vec<String> =
+        args.iter().map(|a| if a.contains([' ', '\'', '"']) { format!("{a:?}") } else { a.to_string() }).collect();
+    let code = o.status.code().map_or_else(|| "by a signal".to_string(), |c| c.to_string());
+    format!("$ pipeline {}\nexit {code}\n{}\n", args.join(" "), text(o).1.trim_end())
+}

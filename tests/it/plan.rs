@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{model_dir, pipeline, session, sql, strings, text, write_jsonl};
+use crate::common::{assert_text, model_dir, pipeline, refusal, session, sql, strings, text, write_jsonl};
 
 /// Texts of many lengths, some past a 16-token limit, and one NULL.
 fn texts(n: usize) -> Vec<(String, Option<String>)> {
@@ -187,16 +187,13 @@ fn bad_ids_and_a_text_past_the_limit_under_truncation_error_are_refused_at_plan_
             model_dir().display()
         );
         std::fs::write(dir.join(format!("{table}.sql")), job).unwrap();
-        let o = pipeline(&["plan", &format!("{table}.sql")], dir);
-        assert!(!o.status.success());
-        text(&o).1
+        let args = ["plan", &format!("{table}.sql")];
+        refusal(&args, &pipeline(&args, dir))
     };
-    let dup = write("dup", "");
-    assert!(dup.contains("must be non-NULL and unique") && dup.contains("first: a"), "{dup}");
-    assert!(dup.contains("dup.sql: statement 3 (line 4)"), "{dup}");
+    // Named by the job's statement and line, and the first id seen twice.
+    let mut said = write("dup", "");
     assert!(!Path::new(&dir.join("out/dup.lance.plan")).exists(), "a refused plan leaves no plan directory");
-    let long = write("long", "SET embed.max_tokens = 16; SET embed.truncation = 'error';");
-    assert!(long.contains("id long-one has 42 tokens, above embed.max_tokens = 16"), "{long}");
+    said += &write("long", "SET embed.max_tokens = 16; SET embed.truncation = 'error';");
     // (The output's lock file may stay, as after any run: planning the write takes the output's lock.)
     let left: Vec<String> = std::fs::read_dir(dir.join("out"))
         .unwrap()
@@ -205,11 +202,8 @@ fn bad_ids_and_a_text_past_the_limit_under_truncation_error_are_refused_at_plan_
         .filter(|n| !n.ends_with(".lock"))
         .collect();
     assert!(left.is_empty(), "a plan refused half-way leaves nothing: {left:?}");
-    let nothing = {
-        std::fs::write(dir.join("read.sql"), "SELECT 1;").unwrap();
-        text(&pipeline(&["plan", "read.sql"], dir)).1
-    };
-    assert!(nothing.contains("writes nothing into Lance"), "{nothing}");
+    std::fs::write(dir.join("read.sql"), "SELECT 1;").unwrap();
+    said += &refusal(&["plan", "read.sql"], &pipeline(&["plan", "read.sql"], dir));
     // A job's variables take their values from --var, as `pipeline run` gives them; one missing is named, one given
     // and not used is warned about.
     std::fs::write(
@@ -221,19 +215,19 @@ fn bad_ids_and_a_text_past_the_limit_under_truncation_error_are_refused_at_plan_
         ),
     )
     .unwrap();
-    let (_, missing) = text(&pipeline(&["plan", "vars.sql"], dir));
-    assert!(missing.contains("vars.sql line 2: ${TABLE} has no value; give it with --var TABLE="), "{missing}");
+    said += &refusal(&["plan", "vars.sql"], &pipeline(&["plan", "vars.sql"], dir));
     let o = pipeline(&["plan", "vars.sql", "--var", "TABLE=long", "--var", "EXTRA=1"], dir);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(stdout.contains("rows: 2 (2 documents"), "{stdout}");
     assert!(stderr.contains("--var EXTRA is not used by vars.sql"), "{stderr}");
     assert!(dir.join("out/long.lance.plan/plan.json").is_file());
-    let (_, malformed) = text(&pipeline(&["plan", "vars.sql", "--var", "TABLE"], dir));
-    assert!(malformed.contains("--var TABLE: write it as NAME=value"), "{malformed}");
+    let args = ["plan", "vars.sql", "--var", "TABLE"];
+    said += &refusal(&args, &pipeline(&args, dir));
+    // The bad line is named, as the run names it.
     std::fs::write(dir.join("broken.jsonl"), "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\", \"text\":\n").unwrap();
-    let broken = write("broken", "");
-    assert!(broken.contains("broken.jsonl line 2"), "the bad line is named, as the run names it: {broken}");
-    let zero = text(&pipeline(&["plan", "broken.sql", "--units", "0"], dir)).1;
-    assert!(zero.contains("--units"), "{zero}");
+    said += &write("broken", "");
+    let args = ["plan", "broken.sql", "--units", "0"];
+    said += &refusal(&args, &pipeline(&args, dir));
+    assert_text("plan_refusals", dir, &said);
 }
