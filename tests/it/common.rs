@@ -188,7 +188,7 @@ pub fn text(o: &std::process::Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-/// The command's text with what changes from run to run replaced: the temporary directory, durations, rates,
+/// The command's text with what changes from run to run replaced: the temporary directory, digests, durations, rates,
 /// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
 /// CPUs); the lines about other runs sharing the machine are left out.
 pub fn snapshot_filters(dir: &Path) -> insta::Settings {
@@ -207,6 +207,8 @@ pub fn snapshot_filters(dir: &Path) -> insta::Settings {
             .join("embedding-pipeline")
     });
     settings.add_filter(&regex_escape(&home.display().to_string()), "[HOME]");
+    // Digests: a model exported here (its lineage.json holds the export's time) has its own on each machine.
+    settings.add_filter(r"\b[0-9a-f]{64}\b", "[SHA256]");
     settings.add_filter(r"\b\d+(\.\d+)? ?(ms|s|min)\b", "[TIME]");
     settings.add_filter(r"[\d,]+(\.\d+)? (useful )?tokens/s", "[RATE] tokens/s");
     settings.add_filter(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB)\b", "[MEMORY]");
