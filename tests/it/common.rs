@@ -122,10 +122,15 @@ pub fn write_jsonl(path: &Path, rows: &[(&str, Option<&str>)]) {
 /// Write the job `name` into `dir`: the default model, `extra` SET lines, `docs.jsonl` as the table `docs`,
 /// and its ids and vectors copied into `out/docs.lance`.
 pub fn docs_job(dir: &Path, name: &str, extra: &str) {
+    docs_job_on(&model_dir(), dir, name, extra);
+}
+
+/// [`docs_job`] on the model in `model`.
+pub fn docs_job_on(model: &Path, dir: &Path, name: &str, extra: &str) {
     let sql = format!(
         "SET embed.model = '{}';\n{extra}\nCREATE EXTERNAL TABLE docs STORED AS JSON LOCATION 'docs.jsonl';\n\
          COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out/docs.lance' STORED AS LANCE;\n",
-        model_dir().display()
+        model.display()
     );
     std::fs::write(dir.join(name), sql).unwrap();
 }
