@@ -31,8 +31,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_filter(filter);
     tracing_subscriber::registry().with(printed).with(embedding_pipeline::cluster::executor_id_layer()).init();
-    let result = cli::run(cli, inputs);
-    match result {
+    match cli::run(cli, inputs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", cli::error_chain(&e));
@@ -75,12 +74,9 @@ fn leave_centroids_out_of_index_statistics() {
 fn end_quietly_on_a_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or_default();
+        let payload = info.payload();
+        let message = payload.downcast_ref::<String>().map(String::as_str);
+        let message = message.or_else(|| payload.downcast_ref::<&str>().copied()).unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
             cli::ClosedPipeExit::exit();
         }

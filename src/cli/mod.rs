@@ -664,10 +664,7 @@ static NOTES_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// Send notes to stderr (under a machine-read `--format`).
 /// A whole number of at least `MIN`, for a flag: clap's own range check would name u64's largest value.
 fn at_least<const MIN: u64>(s: &str) -> Result<u64, String> {
-    match s.trim().parse::<u64>() {
-        Ok(n) if n >= MIN => Ok(n),
-        _ => Err(format!("give a whole number, {MIN} or more")),
-    }
+    s.trim().parse().ok().filter(|n| *n >= MIN).ok_or_else(|| format!("give a whole number, {MIN} or more"))
 }
 
 pub(crate) fn notes_to_stderr(on: bool) {

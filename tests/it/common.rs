@@ -193,7 +193,7 @@ pub fn text(o: &std::process::Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-/// The command's text with what changes from run to run replaced: the temporary directory, digests, durations, rates,
+/// The command's text with what changes from run to run replaced: the temporary directory, digests, dates, durations, rates,
 /// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
 /// CPUs); the lines about other runs sharing the machine are left out.
 pub fn snapshot_filters(dir: &Path) -> insta::Settings {
@@ -214,6 +214,7 @@ pub fn snapshot_filters(dir: &Path) -> insta::Settings {
     settings.add_filter(&regex_escape(&home.display().to_string()), "[HOME]");
     // Digests: a model exported here (its lineage.json holds the export's time) has its own on each machine.
     settings.add_filter(r"\b[0-9a-f]{64}\b", "[SHA256]");
+    settings.add_filter(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d| UTC)?", "[DATE]");
     settings.add_filter(r"\b\d+(\.\d+)? ?(ms|s|min)\b", "[TIME]");
     settings.add_filter(r"[\d,]+(\.\d+)? (useful )?tokens/s", "[RATE] tokens/s");
     settings.add_filter(r"\b\d+(\.\d+)? ?(B|KiB|MiB|GiB)\b", "[MEMORY]");

@@ -404,6 +404,7 @@ COPY (SELECT id, embed(text) AS embedding FROM docs) TO 'out.lance' STORED AS LA
     let (out, _) = text(&pipeline(&["inspect", "out.lance"], tmp.path()));
     assert!(out.contains("  model: all-MiniLM-L6-v2\n") && out.contains("  pooling: mean\n"), "{out}");
     assert!(out.contains("  prefix: (empty)\n") && !out.contains('"'), "{out}");
+    assert_text("inspect_of_a_campaign", tmp.path(), &out);
 }
 
 #[test]
