@@ -22,7 +22,7 @@ pub struct IdCheck {
     pub nulls: u64,
     /// Ids that occur more than once.
     pub duplicated: u64,
-    /// The first few duplicated ids.
+    /// The lowest few duplicated ids, in order.
     pub duplicate_examples: Vec<String>,
 }
 
@@ -101,6 +101,8 @@ pub async fn check_ids(state: &SessionState, input: &LogicalPlan, column: &str) 
     } else {
         let batches = groups
             .filter(ident("id").is_not_null().and(ident("n").gt(lit(1i64))))?
+            // The lowest, so that the message is the same on every run (the groups come in hash order).
+            .sort(vec![ident("id").sort(true, false)])?
             .limit(0, Some(EXAMPLES))?
             .collect()
             .await?;

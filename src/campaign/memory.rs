@@ -57,7 +57,8 @@ pub fn available() -> Option<u64> {
 
 /// A size as people write it (`900MB`, `8GiB`, `1.5 GB`, `123456`), in bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let size: bytesize::ByteSize = s.trim().parse().map_err(|e| format!("{e}; write a size such as 900MB or 8GiB"))?;
+    let size: bytesize::ByteSize =
+        s.trim().parse().map_err(|_| format!("{:?} is not a size; write one such as 900MB or 8GiB", s.trim()))?;
     match size.as_u64() {
         0 => Err("a size of 0 bytes holds nothing".into()),
         n => Ok(n),

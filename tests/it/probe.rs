@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{docs_job as job, model_dir, pipeline, text, write_jsonl};
+use crate::common::{assert_text, docs_job as job, model_dir, pipeline, refusal, text, write_jsonl};
 
 /// 300 texts, short ones around 40 texts past the 256-token limit in the middle (not first: the probe
 /// must find them).
@@ -143,11 +143,11 @@ fn a_budget_nothing_fits_and_a_bad_size_are_refused() {
         "{stderr}"
     );
     assert!(stdout.contains("past the budget's margin"), "the table still shows what was measured: {stdout}");
-    let o = pipeline(&["probe", "job.sql", "--memory-budget", "lots"], d);
-    assert!(!o.status.success() && text(&o).1.contains("--memory-budget"), "{}", text(&o).1);
+    let args = ["probe", "job.sql", "--memory-budget", "lots"];
+    let mut said = refusal(&args, &pipeline(&args, d));
     std::fs::write(d.join("read.sql"), "SELECT 1;").unwrap();
-    let o = pipeline(&["probe", "read.sql"], d);
-    assert!(!o.status.success() && text(&o).1.contains("nothing to probe"), "{}", text(&o).1);
+    said += &refusal(&["probe", "read.sql"], &pipeline(&["probe", "read.sql"], d));
+    assert_text("probe_refusals", d, &said);
 }
 
 #[test]
