@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{assert_text, command, model_dir, pipeline, text, write_jsonl};
+use crate::common::{assert_text, command, model_dir, pipeline, refusal, text, write_jsonl};
 
 pub(crate) fn job(dir: &Path, body: &str) -> String {
     write_jsonl(&dir.join("docs.jsonl"), &[("x1", Some("first text")), ("x2", Some("second text")), ("x3", None)]);
@@ -41,20 +41,17 @@ fn a_failing_statement_is_named_with_its_line_and_exits_non_zero() {
 #[test]
 fn a_missing_job_file_is_named() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = pipeline(&["run", "nope.sql"], tmp.path());
-    assert!(!o.status.success());
-    assert!(text(&o).1.contains("nope.sql"));
+    let args = ["run", "nope.sql"];
+    assert_text("a_missing_job_file", tmp.path(), &refusal(&args, &pipeline(&args, tmp.path())));
 }
 
 #[test]
 fn a_missing_onnx_runtime_says_what_to_run() {
     let tmp = tempfile::tempdir().unwrap();
     let file = job(tmp.path(), "SELECT embed('x');");
-    let o = pipeline(&["run", "--ort-lib", "/nonexistent/libonnxruntime.so", &file], tmp.path());
-    let (_, err) = text(&o);
-    assert!(!o.status.success());
-    assert!(err.contains("/nonexistent/libonnxruntime.so") && err.contains("scripts/setup"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    let args = ["run", "--ort-lib", "/nonexistent/libonnxruntime.so", &file];
+    // Where it looked and what to run (no panic).
+    assert_text("a_missing_onnx_runtime", tmp.path(), &refusal(&args, &pipeline(&args, tmp.path())));
 }
 
 #[test]
@@ -64,10 +61,7 @@ fn a_library_that_is_not_onnx_runtime_is_refused_cleanly() {
     std::fs::write(&not_ort, b"not a shared library").unwrap();
     let file = job(tmp.path(), "SELECT embed('x');");
     let o = command(&["run", &file], tmp.path()).env("ORT_DYLIB_PATH", &not_ort).output().unwrap();
-    let (_, err) = text(&o);
-    assert!(!o.status.success());
-    assert!(err.contains("could not load ONNX Runtime") && err.contains("libnot_ort.so"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    assert_text("a_library_that_is_not_onnx_runtime", tmp.path(), &refusal(&["run", &file], &o));
 }
 
 #[test]
@@ -128,11 +122,11 @@ fn embed_prints_the_vectors_a_query_makes() {
         assert_eq!(got, want, "text {i}");
     }
     // Nothing to embed, and a file that is not JSON lines, are errors that say so.
-    let o = pipeline(&["embed", "--model", &model], dir);
-    assert!(!o.status.success() && text(&o).1.contains("no texts"), "{:?}", text(&o));
+    let mut said = refusal(&["embed", "--model", &model], &pipeline(&["embed", "--model", &model], dir));
     std::fs::write(dir.join("bad.jsonl"), "plain\n").unwrap();
-    let o = pipeline(&["embed", "--model", &model, "--file", "bad.jsonl"], dir);
-    assert!(!o.status.success() && text(&o).1.contains("bad.jsonl line 1"), "{:?}", text(&o));
+    let args = ["embed", "--model", &model, "--file", "bad.jsonl"];
+    said += &refusal(&args, &pipeline(&args, dir));
+    assert_text("embed_without_texts_or_with_a_bad_file", dir, &said);
 }
 
 /// `embed.id_column` is recorded with the dataset: inspect, verify, search --join and compare find the ids without
@@ -180,9 +174,7 @@ fn the_id_column_of_a_job_is_recorded_and_used_by_every_later_command() {
     // The same output keyed by `key`: refused, and the dataset is left as it was.
     std::fs::write(dir.join("other.sql"), write("key")).unwrap();
     let o = pipeline(&["run", "other.sql"], dir);
-    let (_, err) = text(&o);
-    assert!(!o.status.success(), "{err}");
-    assert!(err.contains("keyed by `doc_id`") && err.contains("SET embed.id_column = 'doc_id'"), "{err}");
+    assert_text("another_id_column_for_the_same_output", dir, &refusal(&["run", "other.sql"], &o));
     let o = pipeline(&["inspect", "out.lance", "--json"], dir);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((report["rows"].as_u64(), report["version"].as_u64()), (Some(3), Some(1)), "{report}");

@@ -511,7 +511,7 @@ fn a_task_longer_than_the_executor_timeout_completes_on_its_executor() {
     // beforehand misleads when other tests share the machine, so a job that ends sooner is run again on twice the
     // documents.
     let cluster = Cluster::start_with(dir, 1, 10);
-    let mut n = 3000;
+    let mut n = 1500;
     loop {
         let _ = std::fs::remove_dir_all(dir.join("docs"));
         let _ = std::fs::remove_dir_all(dir.join("there"));

@@ -205,6 +205,8 @@ pub fn snapshot_filters(dir: &Path) -> insta::Settings {
         settings.add_filter(&regex_escape(&d.display().to_string()), "[DIR]");
     }
     // The repository and the install home, which differ between clones and machines.
+    // The target directory's temporary folder (the tiny model's home) first: it may lie inside the repository.
+    settings.add_filter(&regex_escape(env!("CARGO_TARGET_TMPDIR")), "[TARGET_TMP]");
     settings.add_filter(&regex_escape(env!("CARGO_MANIFEST_DIR")), "[REPO]");
     let home = std::env::var("EMBED_PIPELINE_HOME").map(PathBuf::from).unwrap_or_else(|_| {
         let data = std::env::var("XDG_DATA_HOME").map(PathBuf::from);

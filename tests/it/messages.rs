@@ -435,6 +435,7 @@ fn the_default_model_is_found_outside_the_repository() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(out.contains("/models/all-MiniLM-L6-v2 (the default model as scripts/setup installed it"), "{out}");
+    assert_text("a_job_without_a_model_on_the_installed_default", tmp.path(), &out);
 }
 
 #[tokio::test]
@@ -468,7 +469,7 @@ async fn json_lines_folders_of_any_usual_extension_are_read() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("holds .json and .jsonl files") && err.contains("format.file_extension"), "{err}");
+    assert_text("a_json_folder_of_mixed_extensions", tmp.path(), &err);
     let n = count(
         "t4",
         format!(
