@@ -661,12 +661,12 @@ pub enum Command {
 
 static NOTES_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Send notes to stderr (under a machine-read `--format`).
 /// A whole number of at least `MIN`, for a flag: clap's own range check would name u64's largest value.
 fn at_least<const MIN: u64>(s: &str) -> Result<u64, String> {
     s.trim().parse().ok().filter(|n| *n >= MIN).ok_or_else(|| format!("give a whole number, {MIN} or more"))
 }
 
+/// Send notes to stderr (under a machine-read `--format`).
 pub(crate) fn notes_to_stderr(on: bool) {
     NOTES_TO_STDERR.store(on, std::sync::atomic::Ordering::Relaxed);
 }

@@ -193,9 +193,9 @@ pub fn text(o: &std::process::Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-/// The command's text with what changes from run to run replaced: the temporary directory, digests, dates, durations, rates,
-/// memory, thread counts, the CPU's name and the vectors' printed values (their last digit may differ between
-/// CPUs); the lines about other runs sharing the machine are left out.
+/// The command's text with what changes from run to run replaced: the temporary directory, digests, dates,
+/// durations, rates, memory, thread counts, the CPU's name and the vectors' printed values (their last digit may
+/// differ between CPUs); the lines about other runs sharing the machine are left out.
 pub fn snapshot_filters(dir: &Path) -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path("snapshots");
@@ -204,8 +204,8 @@ pub fn snapshot_filters(dir: &Path) -> insta::Settings {
     for d in [real.as_path(), dir] {
         settings.add_filter(&regex_escape(&d.display().to_string()), "[DIR]");
     }
-    // The repository and the install home, which differ between clones and machines.
-    // The target directory's temporary folder (the tiny model's home) first: it may lie inside the repository.
+    // The target directory's temporary folder (the tiny model's home), the repository and the install home, which
+    // differ between clones and machines; the temporary folder first, as it may lie inside the repository.
     settings.add_filter(&regex_escape(env!("CARGO_TARGET_TMPDIR")), "[TARGET_TMP]");
     settings.add_filter(&regex_escape(env!("CARGO_MANIFEST_DIR")), "[REPO]");
     let home = std::env::var("EMBED_PIPELINE_HOME").map(PathBuf::from).unwrap_or_else(|_| {
