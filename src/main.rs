@@ -1,9 +1,10 @@
-//! The `pipeline` binary; see [`embedding_pipeline::cli`].
+//! The `pipeline` command: its arguments, dispatch and printing ([`cli`]) over the `embedding_pipeline` library.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the command prints: that is its job
 
 use std::process::ExitCode;
 
-use embedding_pipeline::cli;
+mod cli;
+
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -30,7 +31,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_filter(filter);
-    tracing_subscriber::registry().with(printed).with(embedding_pipeline::cluster::executor_id_layer()).init();
+    let logs = tracing_subscriber::registry().with(printed);
+    #[cfg(feature = "cluster")]
+    let logs = logs.with(embedding_pipeline::cluster::executor_id_layer());
+    logs.init();
     match cli::run(cli, inputs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

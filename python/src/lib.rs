@@ -705,15 +705,15 @@ fn json_to_py<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound
 /// The versions this package was built with (as `pipeline --version`).
 #[pyfunction]
 fn versions() -> String {
-    embedding_pipeline::cli::versions()
+    embedding_pipeline::ops::devices::versions()
 }
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The library's warnings (a damaged model, a deprecated setting) on stderr, as the command prints them;
     // RUST_LOG chooses others. A program that installed its own subscriber keeps it.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| embedding_pipeline::cli::QUIET_LOGS.into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| embedding_pipeline::QUIET_LOGS.into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     m.add("PipelineError", m.py().get_type::<PipelineError>())?;
     m.add_function(wrap_pyfunction!(read_job_file, m)?)?;

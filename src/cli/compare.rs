@@ -1,7 +1,7 @@
 //! `pipeline compare A B [--min-cosine X] [--max-diff D] [--shared-ids] [--allow-different-fingerprints] [--json]`.
 
 use super::Exit;
-use crate::lance::compare::Thresholds;
+use embedding_pipeline::lance::compare::Thresholds;
 
 /// Print the comparison. Exit 1 when it did not pass, 2 when the datasets cannot be compared at all.
 pub async fn compare(
@@ -12,7 +12,7 @@ pub async fn compare(
     thresholds: Thresholds,
     json: bool,
 ) -> anyhow::Result<()> {
-    let r = crate::lance::compare::compare(a, b, id_column, column, thresholds)
+    let r = embedding_pipeline::lance::compare::compare(a, b, id_column, column, thresholds)
         .await
         .map_err(|e| Exit::with(Exit::CANNOT, e.into()))?;
     if json {

@@ -1,8 +1,8 @@
-//! `pipeline compare-order job.sql [--sample N] [--json]`: [`crate::ops::checks::compare_order`], printed.
+//! `pipeline compare-order job.sql [--sample N] [--json]`: [`embedding_pipeline::ops::checks::compare_order`], printed.
 
 use anyhow::bail;
 
-use crate::ops::checks::{OrderComparison, OrderRun, SampleSource, compare_order};
+use embedding_pipeline::ops::checks::{OrderComparison, OrderRun, SampleSource, compare_order};
 
 /// Embed a sample of the job's corpus in both orders, print the comparison, fail when the vectors differ.
 pub async fn compare_order_command(source: &SampleSource, sample: usize, json: bool) -> anyhow::Result<()> {

@@ -1,9 +1,9 @@
 //! `pipeline cost trial-a.json trial-b.json … [--prices prices.toml] [--deadline 7d] [--json] [--chart FILE]`:
-//! the cost table [`crate::ops::cost`] makes of a campaign's trials, printed.
+//! the cost table [`embedding_pipeline::ops::cost`] makes of a campaign's trials, printed.
 
 use std::path::{Path, PathBuf};
 
-use crate::ops::cost::{CostReport, amount, cost_trials, hours_text};
+use embedding_pipeline::ops::cost::{CostReport, amount, cost_trials, hours_text};
 
 /// Print the cost table of the trials in `files`.
 pub fn cost_files(
@@ -100,12 +100,31 @@ fn table(r: &CostReport) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::cost::CostRow;
+    use embedding_pipeline::ops::cost::CostRow;
+
+    /// A row: `hours` within ±10%, `cost` (if any) within the same, a thousand tokens' worth per million.
+    fn row(name: &str, hours: f64, cost: Option<f64>) -> CostRow {
+        CostRow {
+            name: name.into(),
+            device: String::new(),
+            trial: String::new(),
+            hours,
+            low_hours: hours * 0.9,
+            high_hours: hours * 1.1,
+            priced_as: None,
+            per_hour: cost.map(|c| c / hours),
+            cost,
+            low_cost: cost.map(|c| c * 0.9),
+            high_cost: cost.map(|c| c * 1.1),
+            per_million_tokens: cost.map(|c| c / 1000.0),
+            vectors_match: Some(true),
+            meets_deadline: None,
+        }
+    }
 
     #[test]
     fn the_cost_tables_columns_line_up_whatever_the_figures() {
         // Issue 53: long ranges and small figures pushed the columns out of line.
-        let row = CostRow::sample;
         let report = CostReport {
             currency: "USD".into(),
             placeholder_prices: false,

@@ -1,47 +1,6 @@
 //! `pipeline devices [--json]`: what this machine can run on, before a campaign is started on it.
 
-use ort::ep::ExecutionProvider;
-use serde::Serialize;
-
-use crate::model::device::library_version;
-use crate::model::gpu::{self, GpuSystem};
-use crate::model::runtime;
-
-/// The machine's execution side.
-#[derive(Debug, Serialize)]
-pub struct Devices {
-    /// The ONNX Runtime library that would be loaded...
-    pub onnxruntime_library: Option<String>,
-    /// ...or why none can be.
-    pub onnxruntime_error: Option<String>,
-    /// Its version.
-    pub onnxruntime_version: Option<String>,
-    /// Whether that build has the CUDA execution provider.
-    pub cuda_provider: bool,
-    /// Where `scripts/setup --gpu` put the CUDA 13 and cuDNN 9 libraries, if it did.
-    pub cuda_libraries: Option<String>,
-    /// The NVIDIA driver and GPUs...
-    pub nvidia: Option<GpuSystem>,
-    /// ...or why there are none.
-    pub nvidia_error: Option<String>,
-}
-
-/// Find out, without failing: every part that is missing is reported as such.
-pub fn devices() -> Devices {
-    let loaded = runtime::environment().map(|_| runtime::loaded_library().map(|p| p.to_path_buf()).unwrap_or_default());
-    let cuda_provider = loaded.is_ok() && ort::ep::CUDA::is_available().unwrap_or(false);
-    let nvidia = gpu::probe();
-    let version = loaded.as_ref().ok().and_then(|lib| library_version(lib));
-    Devices {
-        onnxruntime_library: loaded.as_ref().ok().map(|p| p.display().to_string()),
-        onnxruntime_error: loaded.err().map(|e| e.to_string()),
-        onnxruntime_version: version,
-        cuda_provider,
-        cuda_libraries: runtime::installed_cuda_libraries().map(|d| d.display().to_string()),
-        nvidia_error: nvidia.as_ref().err().cloned(),
-        nvidia: nvidia.ok(),
-    }
-}
+use embedding_pipeline::ops::devices::devices;
 
 /// Print the report.
 pub fn print(json: bool) -> anyhow::Result<()> {

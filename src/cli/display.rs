@@ -131,7 +131,7 @@ impl<W: std::io::Write> ResultWriter<W> {
     }
 
     /// Write a batch (float16 vectors are written as float32 values).
-    pub fn write(&mut self, batch: &RecordBatch) -> crate::Result<()> {
+    pub fn write(&mut self, batch: &RecordBatch) -> embedding_pipeline::Result<()> {
         let batch = vectors_as_f32(batch)?;
         self.rows += batch.num_rows();
         match self.format {
@@ -161,7 +161,7 @@ impl<W: std::io::Write> ResultWriter<W> {
     }
 
     /// End the result; `schema` names the columns of a result with no rows.
-    pub fn finish(mut self, schema: &datafusion::arrow::datatypes::SchemaRef) -> crate::Result<()> {
+    pub fn finish(mut self, schema: &datafusion::arrow::datatypes::SchemaRef) -> embedding_pipeline::Result<()> {
         match self.format {
             Format::Table if self.rows == 0 => {
                 let header = format_batches(&[vectors_as_f32(&RecordBatch::new_empty(Arc::clone(schema)))?])?;

@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::ops::embed::embed_texts;
-use crate::options::EmbedOptions;
+use embedding_pipeline::ops::embed::embed_texts;
+use embedding_pipeline::options::EmbedOptions;
 
 /// One line of output.
 #[derive(Serialize)]

@@ -1,7 +1,7 @@
 //! `pipeline evaluate DATASET[@VERSION]… (--queries Q.jsonl --qrels QRELS.tsv | --pairs PAIRS.jsonl)`: the
-//! retrieval scores of [`crate::ops::evaluate`], printed side by side (or as JSON).
+//! retrieval scores of [`embedding_pipeline::ops::evaluate`], printed side by side (or as JSON).
 
-use crate::ops::evaluate::{EvaluateArgs, EvaluateReport, evaluate};
+use embedding_pipeline::ops::evaluate::{EvaluateArgs, EvaluateReport, evaluate};
 
 /// `pipeline evaluate`.
 pub async fn evaluate_command(args: &EvaluateArgs, json: bool) -> anyhow::Result<()> {

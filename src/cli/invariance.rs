@@ -1,8 +1,8 @@
-//! `pipeline check-invariance job.sql [--sample N]`: [`crate::ops::checks::check_invariance`], printed.
+//! `pipeline check-invariance job.sql [--sample N]`: [`embedding_pipeline::ops::checks::check_invariance`], printed.
 
 use anyhow::bail;
 
-use crate::ops::checks::{SampleSource, check_invariance};
+use embedding_pipeline::ops::checks::{SampleSource, check_invariance};
 
 /// Run the check, print it, fail when a vector depends on its batch neighbours.
 pub async fn check(source: &SampleSource, sample: usize, max_diff: f64, json: bool) -> anyhow::Result<()> {

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
 
-pub use crate::ops::script::JobStatement;
-pub use crate::ops::script::check_sets_against_job;
-use crate::ops::script::{is_var_name, job_statements};
+pub use embedding_pipeline::ops::script::JobStatement;
+pub use embedding_pipeline::ops::script::check_sets_against_job;
+use embedding_pipeline::ops::script::{is_var_name, job_statements};
 
 /// One place statements come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub fn read_statements(
                 let file =
                     std::fs::File::open(path).with_context(|| format!("cannot read job file {}", path.display()))?;
                 let source = path.display().to_string();
-                let text = crate::ops::script::read_job(file, &source).map_err(|e| anyhow!(e))?;
+                let text = embedding_pipeline::ops::script::read_job(file, &source).map_err(|e| anyhow!(e))?;
                 (source, text)
             }
             Input::Stdin => {
@@ -52,7 +52,8 @@ pub fn read_statements(
                     bail!("`-` is given twice; standard input holds one job");
                 }
                 stdin_read = true;
-                let text = crate::ops::script::read_job(std::io::stdin(), "<stdin>").map_err(|e| anyhow!(e))?;
+                let text =
+                    embedding_pipeline::ops::script::read_job(std::io::stdin(), "<stdin>").map_err(|e| anyhow!(e))?;
                 ("<stdin>".to_string(), text)
             }
             Input::Command(sql) => {
@@ -90,7 +91,7 @@ pub fn parse_sets(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .map(|item| {
             let (key, value) = item
                 .split_once('=')
-                .filter(|(k, _)| crate::ops::script::is_setting_name(k))
+                .filter(|(k, _)| embedding_pipeline::ops::script::is_setting_name(k))
                 .ok_or_else(|| anyhow!("--set {item}: write it as key=value, e.g. --set embed.batch_tokens=8192"))?;
             Ok((key.trim().to_string(), value.to_string()))
         })

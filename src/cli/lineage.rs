@@ -1,7 +1,7 @@
-//! `pipeline lineage DATASET[@VERSION] [--json] [--verify]`: the chain [`crate::ops::lineage`] reads of a
+//! `pipeline lineage DATASET[@VERSION] [--json] [--verify]`: the chain [`embedding_pipeline::ops::lineage`] reads of a
 //! dataset's version, printed; with `--verify`, a failure when a link is broken.
 
-use crate::ops::lineage::report;
+use embedding_pipeline::ops::lineage::report;
 
 /// Print the lineage of `location` (`path`, `path@version` or `path@tag`); with `verify`, check it and
 /// fail when a link is broken.

@@ -1,8 +1,8 @@
 //! `pipeline index DATASET` and `pipeline optimize DATASET`: a vector index for `pipeline search`, and
 //! compaction with the cleanup of old versions; each leaves a record in the dataset's history.
 
-use crate::lance::Metric;
-use crate::lance::maintain::{self, IndexKind, IndexRequest};
+use embedding_pipeline::lance::Metric;
+use embedding_pipeline::lance::maintain::{self, IndexKind, IndexRequest};
 
 /// Build the index and say what was built.
 pub async fn index(

@@ -9,6 +9,7 @@ macro_rules! note {
     ($($arg:tt)*) => { $crate::cli::note_line(format_args!($($arg)*)) };
 }
 
+pub mod args;
 pub mod compare;
 pub mod compare_order;
 pub mod cost;
@@ -67,8 +68,7 @@ impl Cli {
     }
 }
 
-/// The log without -v: warnings, less Lance's note that a COPY creates a new dataset.
-pub const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
+pub use embedding_pipeline::QUIET_LOGS;
 
 /// How query results print (`pipeline run` and `pipeline sql`).
 #[derive(Debug, Clone, clap::Args)]
@@ -98,6 +98,7 @@ pub struct JobSettings {
     #[arg(long, value_name = "df://HOST:PORT", env = "EMBED_PIPELINE_CLUSTER")]
     pub cluster: Option<String>,
     /// The cluster's keys, for a cluster started with --cluster-keys (`pipeline cluster-keys DIR`).
+    #[cfg(feature = "cluster")]
     #[arg(long, value_name = "DIR", env = "EMBED_PIPELINE_CLUSTER_KEYS")]
     pub cluster_keys: Option<PathBuf>,
 }
@@ -141,30 +142,35 @@ pub struct SampleSource {
 
 impl SampleSource {
     /// The library's sample source: this table and column of the job `file`, with its variables.
-    fn of(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<crate::ops::checks::SampleSource> {
-        Ok(crate::ops::checks::SampleSource { file, vars: vars.parse()?, table: self.table, column: self.column })
+    fn of(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::checks::SampleSource> {
+        Ok(embedding_pipeline::ops::checks::SampleSource {
+            file,
+            vars: vars.parse()?,
+            table: self.table,
+            column: self.column,
+        })
     }
 }
 
-/// What `pipeline trial` is asked beside its job: the library's [`crate::ops::trial::TrialArgs`].
+/// What `pipeline trial` is asked beside its job: the library's [`embedding_pipeline::ops::trial::TrialArgs`].
 #[derive(Debug, Clone, clap::Args)]
 pub struct TrialFlags {
     /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
-    #[arg(long, default_value_t = crate::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
+    #[arg(long, default_value_t = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
     minutes: f64,
     /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
     /// stratum, k chosen to come nearest).
     #[arg(long, value_parser = at_least::<1>)]
     sample: Option<u64>,
     /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
-    #[arg(long, default_value = crate::ops::trial::TrialArgs::DEFAULT_SAVE)]
+    #[arg(long, default_value = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_SAVE)]
     save: PathBuf,
     /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
     /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
     #[arg(long, value_name = "DATASET")]
     reference: Option<String>,
     /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
-    #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::campaign::memory::parse_size)]
     memory_budget: Option<u64>,
     /// Keep the job's batch settings; do not probe.
     #[arg(long)]
@@ -176,9 +182,9 @@ pub struct TrialFlags {
 
 impl TrialFlags {
     /// The library's arguments: these, for the job `file` with its variables.
-    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<crate::ops::trial::TrialArgs> {
+    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::trial::TrialArgs> {
         let Self { minutes, sample, save, reference, memory_budget, no_probe, name } = self;
-        Ok(crate::ops::trial::TrialArgs {
+        Ok(embedding_pipeline::ops::trial::TrialArgs {
             file,
             vars: vars.parse()?,
             minutes,
@@ -193,6 +199,7 @@ impl TrialFlags {
 }
 
 /// The cluster's keys, for its scheduler and executors.
+#[cfg(feature = "cluster")]
 #[derive(Debug, Clone, clap::Args)]
 pub struct KeysDir {
     /// The cluster's keys (`pipeline cluster-keys DIR`): serve and connect over TLS with them, and take only
@@ -213,7 +220,7 @@ pub struct Runtime {
 impl Runtime {
     fn apply(&self) {
         if let Some(lib) = &self.ort_lib {
-            crate::model::runtime::set_library_path(lib);
+            embedding_pipeline::model::runtime::set_library_path(lib);
         }
     }
 }
@@ -264,7 +271,7 @@ pub enum Command {
         #[arg(long, conflicts_with = "unit_tokens", value_parser = at_least::<1>)]
         units: Option<u64>,
         /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
-        #[arg(long, default_value_t = crate::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = at_least::<1>)]
+        #[arg(long, default_value_t = embedding_pipeline::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = at_least::<1>)]
         unit_tokens: u64,
         /// Plan for a run on this device (cpu, cuda, cuda:N…; sets embed.device, a SET in the job wins), from any
         /// machine: for a GPU, with the model it will use there (the float16 default), without a GPU here.
@@ -283,7 +290,7 @@ pub enum Command {
         vars: JobVars,
         /// Most memory the process may use, e.g. 8GiB or 900MB (default: 90% of the available memory,
         /// plus what the loaded model holds).
-        #[arg(long, value_name = "SIZE", value_parser = crate::campaign::memory::parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::campaign::memory::parse_size)]
         memory_budget: Option<u64>,
         /// Largest embed.batch_tokens tried.
         #[arg(long, default_value_t = 262_144, value_parser = at_least::<512>)]
@@ -322,7 +329,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         prices: Option<PathBuf>,
         /// The campaign must finish within this, e.g. 7d, 36h, 90min.
-        #[arg(long, value_parser = crate::ops::cost::parse_deadline)]
+        #[arg(long, value_parser = embedding_pipeline::ops::cost::parse_deadline)]
         deadline: Option<f64>,
         /// Print JSON.
         #[arg(long)]
@@ -331,6 +338,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         chart: Option<PathBuf>,
     },
+    #[cfg(feature = "cluster")]
     /// Run a cluster's scheduler (Apache DataFusion Ballista), which plans jobs sent with `pipeline run
     /// --cluster` and hands their tasks to the executors. Runs until stopped.
     Scheduler {
@@ -344,6 +352,7 @@ pub enum Command {
         #[command(flatten)]
         keys: KeysDir,
     },
+    #[cfg(feature = "cluster")]
     /// Run a cluster executor: one per GPU. It takes tasks from the scheduler and embeds on its device.
     /// Runs until stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks on the other executors).
     Executor {
@@ -375,6 +384,7 @@ pub enum Command {
         #[command(flatten)]
         runtime: Runtime,
     },
+    #[cfg(feature = "cluster")]
     /// Make a new cluster's keys in DIR (a new folder, readable by you only): copy it to every host of the
     /// cluster and to its clients, and give it as --cluster-keys DIR to `pipeline scheduler`, `pipeline executor`
     /// and `pipeline run --cluster`. Whoever holds it can use the cluster.
@@ -443,11 +453,11 @@ pub enum Command {
         /// The Lance dataset.
         dataset: String,
         /// ivf_pq (small, fast; needs 256 rows) or ivf_hnsw_sq (more recall, more memory).
-        #[arg(long, value_enum, default_value_t = crate::lance::maintain::IndexKind::IvfPq)]
-        kind: crate::lance::maintain::IndexKind,
+        #[arg(long, value_enum, default_value_t = args::IndexKindArg::IvfPq)]
+        kind: args::IndexKindArg,
         /// The metric searches must use for the index to serve them.
-        #[arg(long, value_enum, default_value_t = crate::lance::Metric::Cosine)]
-        metric: crate::lance::Metric,
+        #[arg(long, value_enum, default_value_t = args::MetricArg::Cosine)]
+        metric: args::MetricArg,
         /// The vector column.
         #[arg(long, default_value = "embedding")]
         column: String,
@@ -510,13 +520,13 @@ pub enum Command {
         #[command(flatten)]
         vars: JobVars,
         /// Rows of the corpus to embed again (with --job; 0: none).
-        #[arg(long, default_value_t = crate::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
+        #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
         sample: u64,
         /// The sample's seed: the same seed draws the same rows.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Smallest acceptable cosine between a stored vector and its re-embedding.
-        #[arg(long, default_value_t = crate::ops::verify::VerifyArgs::DEFAULT_MIN_COSINE)]
+        #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_MIN_COSINE)]
         min_cosine: f64,
         /// The model directory, where the run records do not name it.
         #[arg(long, value_name = "DIR")]
@@ -733,30 +743,7 @@ pub fn parse() -> (Cli, Vec<job_input::Input>) {
     (cli, inputs.into_iter().map(|(_, i)| i).collect())
 }
 
-/// The versions `pipeline --version` prints: this program, the engines it is built on, and the ONNX Runtime
-/// library it would load (which is found at run time, so it may be missing).
-pub fn versions() -> String {
-    let d = devices::devices();
-    let ort = match (d.onnxruntime_version, d.onnxruntime_library, d.onnxruntime_error) {
-        (Some(v), Some(lib), _) => format!("{v} ({lib})"),
-        (None, Some(lib), _) => format!("unknown version ({lib})"),
-        (_, _, Some(e)) => format!("not loaded: {}", plain(&e)),
-        _ => "not loaded".into(),
-    };
-    format!(
-        "pipeline {}\nDataFusion {}\nLance {}\nONNX Runtime {ort}, through ort {} (C API {})",
-        env!("CARGO_PKG_VERSION"),
-        datafusion::DATAFUSION_VERSION,
-        LANCE_VERSION,
-        ORT_CRATE_VERSION,
-        ort::sys::ORT_API_VERSION,
-    )
-}
-
-/// The Lance crate this build uses (pinned in Cargo.toml; a unit test holds the two together).
-pub const LANCE_VERSION: &str = "14.0.2";
-/// The ort crate this build uses (pinned in Cargo.toml; a unit test holds the two together).
-pub const ORT_CRATE_VERSION: &str = "2.0.0-rc.15";
+pub use embedding_pipeline::ops::devices::versions;
 
 /// [`main`] on a runtime of its own, for the `pipeline` binary: polled here, the command's futures are compiled
 /// with the library; polled from the binary, they were compiled into it again (2 min 40 s a build; issue 55).
@@ -795,7 +782,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
             runtime.apply();
             let inputs: Vec<_> = files.into_iter().map(job_input::Input::from_arg).collect();
             let (statements, run_settings) =
-                job(&inputs, settings, output, false, quiet, crate::ops::PlanChoice::Beside, true)?;
+                job(&inputs, settings, output, false, quiet, embedding_pipeline::ops::PlanChoice::Beside, true)?;
             shell::shell(&statements, &run_settings).await
         }
         Command::Completions { shell } => {
@@ -825,6 +812,7 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
         | Command::Report { .. }
         | Command::Compare { .. }) => dataset_command(c).await,
         c @ (Command::Verify { .. } | Command::Evaluate { .. }) => check_command(c, quiet).await,
+        #[cfg(feature = "cluster")]
         c @ (Command::Scheduler { .. } | Command::ClusterKeys { .. } | Command::Executor { .. }) => {
             cluster_command(c).await
         }
@@ -832,11 +820,11 @@ pub async fn main(cli: Cli, inputs: Vec<job_input::Input>) -> anyhow::Result<()>
 }
 
 /// `--plan DIR` or `--no-plan`: which plan a run executes (by default, the one beside its output).
-fn plan_choice(plan: Option<std::path::PathBuf>, no_plan: bool) -> crate::ops::PlanChoice {
+fn plan_choice(plan: Option<std::path::PathBuf>, no_plan: bool) -> embedding_pipeline::ops::PlanChoice {
     match (plan, no_plan) {
-        (Some(dir), _) => crate::ops::PlanChoice::Dir(dir),
-        (None, true) => crate::ops::PlanChoice::Off,
-        (None, false) => crate::ops::PlanChoice::Beside,
+        (Some(dir), _) => embedding_pipeline::ops::PlanChoice::Dir(dir),
+        (None, true) => embedding_pipeline::ops::PlanChoice::Off,
+        (None, false) => embedding_pipeline::ops::PlanChoice::Beside,
     }
 }
 
@@ -845,7 +833,10 @@ async fn prepare_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Plan { file, vars, json, units, unit_tokens, device, runtime } => {
             runtime.apply();
-            let size = units.map_or(crate::ops::plan::UnitSize::Tokens(unit_tokens), crate::ops::plan::UnitSize::Count);
+            let size = units.map_or(
+                embedding_pipeline::ops::plan::UnitSize::Tokens(unit_tokens),
+                embedding_pipeline::ops::plan::UnitSize::Count,
+            );
             plan::plan_file(&file, &vars.parse()?, json, size, device.as_deref()).await
         }
         Command::Probe { file, vars, memory_budget, max_batch_tokens, json, runtime } => {
@@ -879,7 +870,7 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
             search::search(&args).await
         }
         Command::Index { dataset, kind, metric, column, partitions, json } => {
-            maintain::index(&dataset, &column, kind, metric, partitions.map(|p| p as usize), json).await
+            maintain::index(&dataset, &column, kind.into(), metric.into(), partitions.map(|p| p as usize), json).await
         }
         Command::Optimize { dataset, older_than, json } => maintain::optimize(&dataset, &older_than, json).await,
         Command::Inspect { dataset, json, id_column } => inspect::inspect(&dataset, id_column.as_deref(), json).await,
@@ -897,8 +888,12 @@ async fn dataset_command(command: Command) -> anyhow::Result<()> {
             json,
             columns: Columns { id_column, column },
         } => {
-            let thresholds =
-                crate::lance::compare::Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
+            let thresholds = embedding_pipeline::lance::compare::Thresholds {
+                min_cosine,
+                max_diff,
+                shared_ids,
+                allow_different_fingerprints,
+            };
             compare::compare(&a, &b, id_column.as_deref(), &column, thresholds, json).await
         }
         _ => unreachable!("main hands only the dataset commands here"),
@@ -922,7 +917,7 @@ async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
             runtime,
         } => {
             runtime.apply();
-            let args = crate::ops::verify::VerifyArgs {
+            let args = embedding_pipeline::ops::verify::VerifyArgs {
                 dataset,
                 job,
                 vars: vars.parse()?,
@@ -953,11 +948,11 @@ async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
         } => {
             runtime.apply();
             let judgements = match (queries, qrels, pairs) {
-                (Some(q), Some(r), _) => Some(crate::ops::evaluate::read_queries_and_qrels(&q, &r)?),
-                (_, _, Some(p)) => Some(crate::ops::evaluate::read_pairs(&p)?),
+                (Some(q), Some(r), _) => Some(embedding_pipeline::ops::evaluate::read_queries_and_qrels(&q, &r)?),
+                (_, _, Some(p)) => Some(embedding_pipeline::ops::evaluate::read_pairs(&p)?),
                 _ => None,
             };
-            let args = crate::ops::evaluate::EvaluateArgs {
+            let args = embedding_pipeline::ops::evaluate::EvaluateArgs {
                 datasets,
                 judgements,
                 ks,
@@ -976,14 +971,16 @@ async fn check_command(command: Command, quiet: bool) -> anyhow::Result<()> {
 }
 
 /// The cluster's commands: its keys, its scheduler and executors.
+#[cfg(feature = "cluster")]
 async fn cluster_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Scheduler { bind, executor_timeout, keys: KeysDir { cluster_keys } } => {
-            let keys = cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?;
-            Ok(crate::cluster::run_scheduler(bind, executor_timeout, keys, |line| println!("{line}")).await?)
+            let keys = cluster_keys.as_deref().map(embedding_pipeline::cluster::ClusterKeys::load).transpose()?;
+            Ok(embedding_pipeline::cluster::run_scheduler(bind, executor_timeout, keys, |line| println!("{line}"))
+                .await?)
         }
         Command::ClusterKeys { dir } => {
-            let keys = crate::cluster::ClusterKeys::make(&dir)?;
+            let keys = embedding_pipeline::cluster::ClusterKeys::make(&dir)?;
             println!(
                 "made the cluster's keys in {}: copy the folder to every host of the cluster and to its clients (it \
                  is the secret: whoever holds it can use the cluster), and give it as --cluster-keys {}",
@@ -1006,17 +1003,17 @@ async fn cluster_command(command: Command) -> anyhow::Result<()> {
             runtime.apply();
             let work_dir =
                 work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("pipeline-executor-{}", bind.port())));
-            let host = crate::udf::embed::HostOptions { device, intra_threads, name: None };
-            let settings = crate::cluster::ExecutorSettings {
+            let host = embedding_pipeline::udf::embed::HostOptions { device, intra_threads, name: None };
+            let settings = embedding_pipeline::cluster::ExecutorSettings {
                 scheduler,
                 bind,
                 external_host,
                 concurrent_tasks: concurrent_tasks as usize,
                 host,
                 work_dir,
-                keys: cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
+                keys: cluster_keys.as_deref().map(embedding_pipeline::cluster::ClusterKeys::load).transpose()?,
             };
-            Ok(crate::cluster::run_executor(settings, |line| println!("{line}")).await?)
+            Ok(embedding_pipeline::cluster::run_executor(settings, |line| println!("{line}")).await?)
         }
         _ => unreachable!("main hands only the cluster commands here"),
     }
@@ -1029,7 +1026,7 @@ fn job(
     output: Output,
     restart: bool,
     quiet: bool,
-    plans: crate::ops::PlanChoice,
+    plans: embedding_pipeline::ops::PlanChoice,
     allow_none: bool,
 ) -> anyhow::Result<(Vec<job_input::JobStatement>, run::CommandSettings)> {
     if inputs.is_empty() && !allow_none {
@@ -1047,14 +1044,19 @@ fn job(
     Ok((
         statements,
         run::CommandSettings {
-            job: crate::ops::RunSettings {
+            job: embedding_pipeline::ops::RunSettings {
                 restart,
                 device: settings.device,
                 plans,
                 sets,
                 // Read only for a cluster: a keys folder named in the environment does not stop a local run.
+                #[cfg(feature = "cluster")]
                 cluster_keys: match settings.cluster {
-                    Some(_) => settings.cluster_keys.as_deref().map(crate::cluster::ClusterKeys::load).transpose()?,
+                    Some(_) => settings
+                        .cluster_keys
+                        .as_deref()
+                        .map(embedding_pipeline::cluster::ClusterKeys::load)
+                        .transpose()?,
                     None => None,
                 },
                 cluster: settings.cluster,
@@ -1131,14 +1133,14 @@ pub(crate) fn stop_on_signals(says: StopSays) {
                     unsafe { libc::_exit(143) }
                 }
                 // The first since the last stop was honoured (pipeline sql clears it after each statement).
-                if !crate::campaign::interrupt::stop_requested() {
+                if !embedding_pipeline::campaign::interrupt::stop_requested() {
                     match says {
                         StopSays::Committing => eprintln!(
                             "stopping: committing the rows already embedded (press ctrl-C again to exit at once)"
                         ),
                         StopSays::NothingToCommit => eprintln!("stopping (press ctrl-C again to exit at once)"),
                     }
-                    crate::campaign::interrupt::request_stop();
+                    embedding_pipeline::campaign::interrupt::request_stop();
                     asked = Some(std::time::Instant::now());
                 } else if asked.is_some_and(|t| t.elapsed() < SAME_STOP) {
                     continue;
@@ -1199,70 +1201,5 @@ impl std::error::Error for Exit {}
 /// An error and its causes, skipping a cause whose text is already shown (DataFusion's External
 /// wrapper displays its source, which the chain then reports again), in plain words: see [`plain`].
 pub fn error_chain(e: &anyhow::Error) -> String {
-    crate::error::chain_text(e.as_ref())
-}
-
-pub use crate::error::plain;
-
-#[cfg(test)]
-mod tests {
-    /// The versions `--version` prints are the ones Cargo.toml pins.
-    #[test]
-    fn printed_versions_are_the_pinned_ones() {
-        let manifest = include_str!("../../Cargo.toml");
-        assert!(
-            manifest.contains(&format!("lance = {{ version = \"={}\"", super::LANCE_VERSION)),
-            "Cargo.toml pins another lance"
-        );
-        assert!(
-            manifest.contains(&format!("ort = {{ version = \"={}\"", super::ORT_CRATE_VERSION)),
-            "Cargo.toml pins another ort"
-        );
-    }
-
-    use super::plain;
-
-    #[test]
-    fn s3_replies_are_cut_to_their_code_and_message() {
-        let e = "job.sql: statement 2 failed: Object Store error: Generic S3 error: Error performing list request: \
-                 Error performing GET http://127.0.0.1:1/nosuchbucket?list-type=2 in 11ms - Server returned non-2xx \
-                 status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?>\n<Error><Code>NoSuchBucket\
-                 </Code><Message>The specified bucket does not exist</Message><BucketName>nosuchbucket</BucketName>\
-                 <RequestId>x</RequestId></Error>\n  CREATE EXTERNAL TABLE docs";
-        assert_eq!(
-            plain(e),
-            "job.sql: statement 2 failed: S3: NoSuchBucket: The specified bucket does not exist\n  CREATE EXTERNAL TABLE docs"
-        );
-    }
-
-    #[test]
-    fn an_unknown_region_says_which_variables_to_set() {
-        let e = "Lance dataset s3://b/x.lance: cannot open: Generic S3 error: Failed to resolve region for bucket 'b'";
-        assert!(
-            plain(e).ends_with(
-                "(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)"
-            )
-        );
-    }
-
-    #[test]
-    fn library_source_locations_and_wrappers_are_dropped() {
-        let lance = "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
-                     Valid schemes: memory, file, /root/.cargo/registry/src/index.crates.io-1/lance-io-14.0.2/src/\
-                     object_store/providers.rs:205:9";
-        assert_eq!(
-            plain(&format!("External error: {lance}")),
-            "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
-             Valid schemes: memory, file"
-        );
-        let two = "Not found: d/_versions, /root/.cargo/registry/a/commit.rs:653:26, /root/.cargo/registry/b.rs:921:29";
-        assert_eq!(plain(two), "Not found: d/_versions");
-        let internal = "Internal error: No suitable object store found for gs://bucket/x.jsonl. See \
-                        `RuntimeEnv::register_object_store`.\nThis issue was likely caused by a bug in DataFusion's \
-                        code. Please help us";
-        let p = plain(internal);
-        assert!(p.starts_with("gs://bucket/x.jsonl: this build reads local paths and s3:// only"), "{p}");
-        assert!(!p.contains("bug"), "{p}");
-        assert_eq!(plain("nothing to change"), "nothing to change");
-    }
+    embedding_pipeline::error::chain_text(e.as_ref())
 }

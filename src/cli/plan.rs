@@ -1,13 +1,13 @@
 //! `pipeline plan job.sql [--json] [--units N | --unit-tokens T]` and `pipeline inspect <output>.plan`: the
-//! plans [`crate::ops::plan`] makes, printed.
+//! plans [`embedding_pipeline::ops::plan`] makes, printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::anyhow;
 
-use crate::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
-use crate::ops::plan::{UnitSize, plan_job_for, source_changes};
+use embedding_pipeline::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
+use embedding_pipeline::ops::plan::{UnitSize, plan_job_for, source_changes};
 
 /// Plan every write into Lance of the job file, and print what was found.
 pub async fn plan_file(

@@ -1,12 +1,12 @@
 //! `pipeline probe job.sql [--memory-budget SIZE] [--json]`: the batch setting a campaign can afford on this
-//! machine's device, found by [`crate::ops::probe`], printed.
+//! machine's device, found by [`embedding_pipeline::ops::probe`], printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::campaign::memory::mib;
-use crate::model::fit::{MemorySplit, gib};
-use crate::ops::probe::{LAYOUT_ROUNDS, ProbeReport, SAME_SPEED, faster_layout, probe_job};
+use embedding_pipeline::campaign::memory::mib;
+use embedding_pipeline::model::fit::{MemorySplit, gib};
+use embedding_pipeline::ops::probe::{LAYOUT_ROUNDS, ProbeReport, SAME_SPEED, faster_layout, probe_job};
 
 /// Probe the first write into Lance of the job file, and print what was found.
 pub async fn probe_file(

@@ -1,11 +1,11 @@
 //! `pipeline report DATASET[@VERSION] -o report.html [--trial trial.json …] [--prices FILE]`: the page of
-//! [`crate::ops::report`], written to a file.
+//! [`embedding_pipeline::ops::report`], written to a file.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::ops::report::report;
+use embedding_pipeline::ops::report::report;
 
 /// Write the page for `location` to `out`.
 pub async fn report_command(

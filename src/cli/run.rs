@@ -1,4 +1,4 @@
-//! `pipeline run [FILE|-]… [-c SQL]…`: the job's statements in order ([`crate::ops::run`]), each query's result
+//! `pipeline run [FILE|-]… [-c SQL]…`: the job's statements in order ([`embedding_pipeline::ops::run`]), each query's result
 //! printed, a line per write, a progress bar on a terminal, and a summary of the whole run.
 
 use std::io::IsTerminal;
@@ -10,11 +10,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 
 use super::display::{ResultStyle, ResultWriter};
 use super::job_input::JobStatement;
-use crate::campaign::DeviceInfo;
-use crate::campaign::metrics::{HostShare, usable_cores};
-use crate::model::EmbedStats;
-use crate::ops::run::{ModelNote, RunReport, WriteProgress};
-use crate::ops::{Reporter, RunSettings};
+use embedding_pipeline::campaign::DeviceInfo;
+use embedding_pipeline::campaign::metrics::{HostShare, usable_cores};
+use embedding_pipeline::model::EmbedStats;
+use embedding_pipeline::ops::run::{ModelNote, RunReport, WriteProgress};
+use embedding_pipeline::ops::{Reporter, RunSettings};
 
 /// How `pipeline run` and `pipeline sql` run a job and show it.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +29,7 @@ pub struct CommandSettings {
 /// Run a job's statements in order, and print its summary.
 pub async fn run_job(statements: &[JobStatement], settings: &CommandSettings) -> anyhow::Result<()> {
     let reporter = Printer::new(settings);
-    let report = crate::ops::run_job(statements, &settings.job, &reporter).await?;
+    let report = embedding_pipeline::ops::run_job(statements, &settings.job, &reporter).await?;
     if !settings.quiet {
         print_summary(&report);
         if let Some(advice) = report.sharing_advice() {
@@ -96,7 +96,7 @@ impl Reporter for Printer {
         self.bar.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
-    fn query_rows(&self, batch: &RecordBatch) -> crate::Result<ControlFlow<()>> {
+    fn query_rows(&self, batch: &RecordBatch) -> embedding_pipeline::Result<ControlFlow<()>> {
         let max = self.style.max_rows.0;
         self.shown(|shown| {
             let take = max.map_or(batch.num_rows(), |max| batch.num_rows().min(max - shown.rows));
@@ -107,7 +107,7 @@ impl Reporter for Printer {
         })
     }
 
-    fn query_finished(&self, schema: &SchemaRef) -> crate::Result<()> {
+    fn query_finished(&self, schema: &SchemaRef) -> embedding_pipeline::Result<()> {
         // A result with no rows had no batch to make its writer: made here, to print the column names.
         let shown = self.result.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| self.new_shown());
         shown.writer.finish(schema)?;

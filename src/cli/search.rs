@@ -7,8 +7,8 @@
 
 use std::path::PathBuf;
 
-use crate::lance::Metric;
-use crate::lance::search::{SearchRequest, nearest};
+use super::args::MetricArg;
+use embedding_pipeline::lance::search::{SearchRequest, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
 #[derive(clap::Args, Debug)]
@@ -30,8 +30,8 @@ pub struct SearchArgs {
     #[arg(long, default_value = "embedding")]
     pub column: String,
     /// How vectors are compared; the index (pipeline index) serves a search of its own metric.
-    #[arg(long, value_enum, default_value_t = Metric::Cosine)]
-    pub metric: Metric,
+    #[arg(long, value_enum, default_value_t = MetricArg::Cosine)]
+    pub metric: MetricArg,
     /// Print JSON (an array of rows).
     #[arg(long)]
     pub json: bool,
@@ -48,7 +48,7 @@ pub struct SearchArgs {
     pub exact: bool,
     /// Where the index serves the search, re-rank this many times k of its candidates by their stored vectors:
     /// exact distances, and the recall PQ's approximation loses (1: the index's order and distances alone).
-    #[arg(long, value_name = "FACTOR", default_value_t = crate::lance::search::DEFAULT_REFINE,
+    #[arg(long, value_name = "FACTOR", default_value_t = embedding_pipeline::lance::search::DEFAULT_REFINE,
           value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "exact")]
     pub refine: u32,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
@@ -67,7 +67,7 @@ impl SearchArgs {
             filter: self.filter.clone(),
             model: self.model.clone(),
             column: self.column.clone(),
-            metric: self.metric,
+            metric: self.metric.into(),
             exact: self.exact,
             refine: self.refine,
             prompt_name: self.prompt_name.clone(),
@@ -79,7 +79,8 @@ impl SearchArgs {
 pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
     let mut batch = nearest(&args.request()).await?;
     if let Some(source) = &args.join {
-        batch = crate::ops::search::join_source(batch, source, &args.dataset, args.id_column.as_deref()).await?;
+        batch = embedding_pipeline::ops::search::join_source(batch, source, &args.dataset, args.id_column.as_deref())
+            .await?;
     }
     if args.json {
         // Every column on every row: a hit the --join source lacks shows its columns as null, not missing.

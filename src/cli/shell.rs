@@ -15,10 +15,10 @@ use rustyline::error::ReadlineError;
 
 use super::job_input::JobStatement;
 use super::run::{CommandSettings, Printer};
-use crate::campaign::interrupt;
-use crate::ops::run::{job_session, run_labelled};
-use crate::ops::script::{ends_statement, split_statements};
-use crate::session::EmbedSession;
+use embedding_pipeline::campaign::interrupt;
+use embedding_pipeline::ops::run::{job_session, run_labelled};
+use embedding_pipeline::ops::script::{ends_statement, split_statements};
+use embedding_pipeline::session::EmbedSession;
 
 const PROMPT: &str = "pipeline> ";
 const MORE: &str = "       -> ";
@@ -118,5 +118,5 @@ async fn interactive(
 
 /// `sql_history` in the install home (`$EMBED_PIPELINE_HOME`, by default `~/.local/share/embedding-pipeline`).
 fn history_file() -> Option<PathBuf> {
-    crate::model::runtime::install_home().map(|home| home.join("sql_history"))
+    embedding_pipeline::model::runtime::install_home().map(|home| home.join("sql_history"))
 }

@@ -1,12 +1,12 @@
 //! `pipeline trial job.sql [--minutes M | --sample N] [--save trial.json] [--reference DATASET]`: what the
 //! job's first write into Lance will cost on this machine's device, measured on a sample by
-//! [`crate::ops::trial`], printed.
+//! [`embedding_pipeline::ops::trial`], printed.
 
 use std::path::Path;
 
 use super::Exit;
-use crate::ops::cost::duration;
-use crate::ops::trial::{TrialArgs, TrialReport, run_trial};
+use embedding_pipeline::ops::cost::duration;
+use embedding_pipeline::ops::trial::{TrialArgs, TrialReport, run_trial};
 
 /// Run the trial and print (or with `json` print as JSON) what it found; it is saved to `args.save`.
 pub async fn trial_file(args: &TrialArgs, json: bool) -> anyhow::Result<()> {

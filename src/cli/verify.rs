@@ -1,13 +1,13 @@
-//! `pipeline verify DATASET[@VERSION] [--job job.sql]`: the checks of [`crate::ops::verify`], printed, the
+//! `pipeline verify DATASET[@VERSION] [--job job.sql]`: the checks of [`embedding_pipeline::ops::verify`], printed, the
 //! report saved beside the dataset. Exit 0 when sound, 1 with findings, 2 when it cannot check.
 
 use anyhow::anyhow;
 
 use super::Exit;
-use crate::campaign::DeviceInfo;
-use crate::lance::compare::examples;
-use crate::ops::Reporter;
-use crate::ops::verify::{SampleFindings, VerifyArgs, VerifyReport, save, verify};
+use embedding_pipeline::campaign::DeviceInfo;
+use embedding_pipeline::lance::compare::examples;
+use embedding_pipeline::ops::Reporter;
+use embedding_pipeline::ops::verify::{SampleFindings, VerifyArgs, VerifyReport, save, verify};
 
 /// Says each stage on stderr as `verify: …`, unless quiet.
 struct Stages {
@@ -29,9 +29,9 @@ pub async fn verify_command(args: &VerifyArgs, json: bool, quiet: bool) -> anyho
     let stages = Stages { quiet };
     let result = tokio::select! {
         r = verify(args, &stages) => r.map_err(anyhow::Error::from),
-        () = crate::campaign::interrupt::stopped() => Err(anyhow!("stopped")),
+        () = embedding_pipeline::campaign::interrupt::stopped() => Err(anyhow!("stopped")),
     };
-    if crate::campaign::interrupt::stop_requested() {
+    if embedding_pipeline::campaign::interrupt::stop_requested() {
         return Err(Exit::with(
             Exit::STOPPED,
             anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset),

@@ -330,7 +330,7 @@ impl CompareReport {
 }
 
 /// ` (e.g. a, b)`, or nothing for no examples.
-pub(crate) fn examples(ids: &[String]) -> String {
+pub fn examples(ids: &[String]) -> String {
     if ids.is_empty() { String::new() } else { format!(" (e.g. {})", ids.join(", ")) }
 }
 

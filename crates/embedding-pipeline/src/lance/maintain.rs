@@ -26,8 +26,7 @@ use super::{Metric, lance_err, no_vector_column};
 use crate::error::{Error, Result};
 
 /// The kinds of vector index `pipeline index` builds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexKind {
     /// IVF partitions of product-quantised vectors: small, fast, approximate; needs 256 rows to train.
     IvfPq,

@@ -116,7 +116,7 @@ fn esc(s: &str) -> String {
 
 /// A count with thousands separators.
 fn count(n: u64) -> String {
-    indicatif::HumanCount(n).to_string()
+    crate::model::fit::thousands(n)
 }
 
 fn head(page: &mut String, title: &str) {

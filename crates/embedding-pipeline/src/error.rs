@@ -535,4 +535,48 @@ mod tests {
         let file = Error::file("cannot read jobs.sql", std::io::Error::other("denied"));
         assert_eq!(chain_text(&file), "cannot read jobs.sql: denied");
     }
+
+    #[test]
+    fn s3_replies_are_cut_to_their_code_and_message() {
+        let e = "job.sql: statement 2 failed: Object Store error: Generic S3 error: Error performing list request: \
+                 Error performing GET http://127.0.0.1:1/nosuchbucket?list-type=2 in 11ms - Server returned non-2xx \
+                 status code: 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?>\n<Error><Code>NoSuchBucket\
+                 </Code><Message>The specified bucket does not exist</Message><BucketName>nosuchbucket</BucketName>\
+                 <RequestId>x</RequestId></Error>\n  CREATE EXTERNAL TABLE docs";
+        assert_eq!(
+            plain(e),
+            "job.sql: statement 2 failed: S3: NoSuchBucket: The specified bucket does not exist\n  CREATE EXTERNAL TABLE docs"
+        );
+    }
+
+    #[test]
+    fn an_unknown_region_says_which_variables_to_set() {
+        let e = "Lance dataset s3://b/x.lance: cannot open: Generic S3 error: Failed to resolve region for bucket 'b'";
+        assert!(
+            plain(e).ends_with(
+                "(set AWS_REGION for the bucket, and AWS_ENDPOINT for an S3-compatible server other than AWS)"
+            )
+        );
+    }
+
+    #[test]
+    fn library_source_locations_and_wrappers_are_dropped() {
+        let lance = "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
+                     Valid schemes: memory, file, /root/.cargo/registry/src/index.crates.io-1/lance-io-14.0.2/src/\
+                     object_store/providers.rs:205:9";
+        assert_eq!(
+            plain(&format!("External error: {lance}")),
+            "Lance dataset /d/x.lance: Invalid user input: No object store provider found for scheme: 'gs'\n\
+             Valid schemes: memory, file"
+        );
+        let two = "Not found: d/_versions, /root/.cargo/registry/a/commit.rs:653:26, /root/.cargo/registry/b.rs:921:29";
+        assert_eq!(plain(two), "Not found: d/_versions");
+        let internal = "Internal error: No suitable object store found for gs://bucket/x.jsonl. See \
+                        `RuntimeEnv::register_object_store`.\nThis issue was likely caused by a bug in DataFusion's \
+                        code. Please help us";
+        let p = plain(internal);
+        assert!(p.starts_with("gs://bucket/x.jsonl: this build reads local paths and s3:// only"), "{p}");
+        assert!(!p.contains("bug"), "{p}");
+        assert_eq!(plain("nothing to change"), "nothing to change");
+    }
 }

@@ -179,13 +179,28 @@ pub fn gib(bytes: u64) -> String {
     if bytes >= GIB { format!("{:.2} GiB", bytes as f64 / GIB as f64) } else { format!("{} MiB", bytes >> 20) }
 }
 
-fn thousands(n: u64) -> String {
-    indicatif::HumanCount(n).to_string()
+/// A count with thousands separators: `1,234,567`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        let shown: Vec<String> = [0, 7, 999, 1_000, 12_345, 999_999, 1_234_567, u64::MAX].map(thousands).into();
+        assert_eq!(shown, ["0", "7", "999", "1,000", "12,345", "999,999", "1,234,567", "18,446,744,073,709,551,615"]);
+    }
 
     fn split(weights_bytes: u64, per_token: u64, gpu: bool, session: u64) -> MemorySplit {
         MemorySplit::new(vec![("float32".into(), weights_bytes)], session, per_token, 512, "test".into(), gpu)

@@ -48,6 +48,7 @@ pub struct RunSettings {
     /// The Ballista cluster (`df://HOST:PORT`) the job's queries run on; `None` runs them here.
     pub cluster: Option<String>,
     /// The cluster's keys, for a cluster started with them.
+    #[cfg(feature = "cluster")]
     pub cluster_keys: Option<crate::cluster::ClusterKeys>,
 }
 
@@ -140,7 +141,15 @@ pub async fn job_session(settings: &RunSettings) -> Result<EmbedSession> {
         options.device = device.clone();
     }
     let session = match &settings.cluster {
+        #[cfg(feature = "cluster")]
         Some(url) => EmbedSession::on_cluster(url, options, settings.cluster_keys.as_ref()).await?,
+        #[cfg(not(feature = "cluster"))]
+        Some(url) => {
+            return Err(Error::Cluster(format!(
+                "cannot run on the cluster at {url}: this build has no cluster (it was built without the `cluster` \
+                 feature); use the `pipeline` command, which has it"
+            )));
+        }
         None => EmbedSession::with_options(options)?,
     };
     for (key, value) in &settings.sets {
@@ -312,6 +321,7 @@ async fn run_statement(
         Some(target) => prepare_write(session, target, planned.as_ref().map(|p| p.plan.as_ref()), reporter).await?,
         None => None,
     };
+    #[cfg(feature = "cluster")]
     if session.cluster().is_some()
         && let Some(target) = &lance_target
     {

@@ -19,7 +19,7 @@ pub use sink::LanceSink;
 pub use table::{LanceTable, LanceTableFactory};
 
 /// How vectors are compared: by a search, and by the vector index that serves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Metric {
     /// 1 - cosine similarity (what normalised sentence embeddings are made for).
     #[default]

@@ -59,6 +59,7 @@ impl EmbedSession {
 
     /// A session of these parts: its context, its counters, and the cluster it runs on (built by
     /// [`crate::cluster::session`] for a cluster).
+    #[cfg(feature = "cluster")]
     pub(crate) fn from_parts(ctx: SessionContext, metrics: Arc<RunMetrics>, cluster: Option<String>) -> Self {
         Self { ctx, metrics, cluster }
     }
@@ -66,6 +67,13 @@ impl EmbedSession {
     /// The cluster (`df://HOST:PORT`) this session's queries run on; `None` when they run here.
     pub fn cluster(&self) -> Option<&str> {
         self.cluster.as_deref()
+    }
+
+    /// The session's state, planning here (a build without the cluster has no other; with it, see
+    /// `cluster::session`).
+    #[cfg(not(feature = "cluster"))]
+    pub fn local_state(&self) -> datafusion::execution::SessionState {
+        self.context().state()
     }
 
     /// A session that reads what a campaign reads and writes (its sources and Lance datasets, local or on

@@ -1,5 +1,5 @@
 //! Campaign operations as a library: each takes typed settings, tells a [`Reporter`] what it is doing, and
-//! returns a typed report or a [`crate::Error`]. The command (`src/cli/`) parses arguments, calls these and
+//! returns a typed report or a [`crate::Error`]. The command (the `pipeline` crate) parses arguments, calls these and
 //! renders what they return; a Rust program calls the same functions.
 //!
 //! - [`run`]: a job's statements in order, each write into Lance checked, resumed and followed
@@ -10,6 +10,7 @@
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
 //!   [`trial::TrialReport`], saved as `trial.json`);
 //! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
+//! - [`devices`]: what this machine can run on, and the versions it is built with ([`devices::devices`]);
 //! - [`lineage`]: how a version's vectors were made, each link re-checked on request ([`lineage::report`] →
 //!   [`lineage::LineageReport`]);
 //! - [`evaluate`]: how well representations retrieve judged documents, and how much a new one moves the
@@ -29,6 +30,7 @@
 
 pub mod checks;
 pub mod cost;
+pub mod devices;
 pub mod embed;
 pub mod evaluate;
 pub mod histogram;

@@ -15,10 +15,14 @@
 //! - [`ops`]: the campaign operations (run, plan, probe, trial, cost, lineage, verify, evaluate, the report page,
 //!   the model checks, texts embedded directly) as a library: typed settings in, a typed report out, progress
 //!   told to a [`ops::Reporter`]; and a job's text split into statements ([`ops::script`]).
-//! - [`cli`]: the `pipeline` command: arguments, dispatch and printing of what the library returns.
+//!
+//! The `pipeline` command (the repository's root crate) parses arguments, calls [`ops`] and prints what they
+//! return; the Python package (python/) calls the same operations. [`cluster`] is built with the `cluster` feature,
+//! which the command turns on (and the Python package, so that the two share one build of the stack); a Rust
+//! program that needs no cluster leaves it off, and builds no Ballista.
 
 pub mod campaign;
-pub mod cli;
+#[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod error;
 pub mod exec;
@@ -32,3 +36,7 @@ pub mod udf;
 pub use error::{Error, Result};
 pub use options::EmbedOptions;
 pub use session::EmbedSession;
+
+/// The log without -v: warnings, less Lance's note that a COPY creates a new dataset (the command's and the
+/// Python package's).
+pub const QUIET_LOGS: &str = "warn,lance::dataset::write::insert=error";
