@@ -1,5 +1,4 @@
 //! The `pipeline` command: its arguments, dispatch and printing ([`cli`]) over the `embedding_pipeline` library.
-#![allow(clippy::print_stdout, clippy::print_stderr)] // the command prints: that is its job
 
 use std::process::ExitCode;
 
@@ -25,7 +24,8 @@ fn main() -> ExitCode {
     // -v / -q first, then RUST_LOG, then warnings only.
     let filter = match cli.log_filter() {
         Some(level) => tracing_subscriber::EnvFilter::new(level),
-        None => tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| cli::QUIET_LOGS.into()),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| embedding_pipeline::QUIET_LOGS.into()),
     };
     let printed = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -35,12 +35,10 @@ fn main() -> ExitCode {
     #[cfg(feature = "cluster")]
     let logs = logs.with(embedding_pipeline::cluster::executor_id_layer());
     logs.init();
-    match cli::run(cli, inputs) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", cli::error_chain(&e));
-            e.downcast_ref::<cli::Exit>().map_or(ExitCode::FAILURE, |exit| ExitCode::from(exit.code))
-        }
+    let printer = cli::printer::Printer::new(cli.quiet);
+    match cli::run(cli, inputs, printer) {
+        Ok(status) => status.into(),
+        Err(e) => cli::ExitStatus::Failure.with_error(printer, e).into(),
     }
 }
 
@@ -74,7 +72,7 @@ fn leave_centroids_out_of_index_statistics() {
 /// Every command's output into a reader that has gone (`pipeline inspect … | head -3`) ends the program as
 /// `cat` ends, with the code a shell gives SIGPIPE (141), instead of the panic `println!` raises on a closed
 /// stdout. SIGPIPE itself stays ignored, as Rust leaves it: its default action would also end a run on a reset
-/// object-store connection. (`pipeline run`'s results go through `cli::ClosedPipeExit`, which sees the error.)
+/// object-store connection. (`pipeline run`'s results go through `cli::printer::ClosedPipeExit`, which sees the error.)
 fn end_quietly_on_a_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -82,7 +80,7 @@ fn end_quietly_on_a_closed_stdout() {
         let message = payload.downcast_ref::<String>().map(String::as_str);
         let message = message.or_else(|| payload.downcast_ref::<&str>().copied()).unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            cli::ClosedPipeExit::exit();
+            cli::printer::ClosedPipeExit::exit();
         }
         default(info);
     }));

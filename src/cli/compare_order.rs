@@ -1,21 +1,46 @@
 //! `pipeline compare-order job.sql [--sample N] [--json]`: [`embedding_pipeline::ops::checks::compare_order`], printed.
 
+use std::path::PathBuf;
+
 use anyhow::bail;
 
-use embedding_pipeline::ops::checks::{OrderComparison, OrderRun, SampleSource, compare_order};
+use super::ExitStatus;
+use super::args::{JobVars, Runtime, SampleSource};
+use super::printer::{Printer, out, out_text};
+use embedding_pipeline::ops::checks::{OrderComparison, OrderRun, compare_order};
+
+/// `pipeline compare-order`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct CompareOrderArgs {
+    /// The job file: its SET and CREATE statements are run, then the sample is drawn.
+    file: PathBuf,
+    #[command(flatten)]
+    vars: JobVars,
+    /// Rows in the sample.
+    #[arg(long, default_value_t = 2000)]
+    sample: usize,
+    #[command(flatten)]
+    source: SampleSource,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    runtime: Runtime,
+}
 
 /// Embed a sample of the job's corpus in both orders, print the comparison, fail when the vectors differ.
-pub async fn compare_order_command(source: &SampleSource, sample: usize, json: bool) -> anyhow::Result<()> {
-    let report = compare_order(source, sample).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+pub async fn run(args: CompareOrderArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    args.runtime.apply();
+    let report = compare_order(&args.source.of(args.file, &args.vars)?, args.sample).await?;
+    if args.json {
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", to_text(&report));
+        out_text!(printer, "{}", to_text(&report));
     }
     if !report.passed {
         bail!("vectors differ between the two orders by up to {:.3e}", report.max_abs_diff);
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
 /// The side-by-side table.

@@ -3,49 +3,71 @@
 
 use std::path::{Path, PathBuf};
 
+use super::ExitStatus;
+use super::printer::{Printer, out};
 use embedding_pipeline::ops::cost::{CostReport, amount, cost_trials, hours_text};
 
-/// Print the cost table of the trials in `files`.
-pub fn cost_files(
-    files: &[PathBuf],
-    prices: Option<&Path>,
+/// `pipeline cost`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct CostArgs {
+    /// trial.json files from pipeline trial.
+    #[arg(required = true)]
+    trials: Vec<PathBuf>,
+    /// Hourly prices (see examples/prices.toml, whose prices are placeholders).
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
+    /// The campaign must finish within this, e.g. 7d, 36h, 90min.
+    #[arg(long, value_parser = embedding_pipeline::ops::cost::parse_deadline)]
     deadline: Option<f64>,
+    /// Print JSON.
+    #[arg(long)]
     json: bool,
-    chart: Option<&Path>,
-) -> anyhow::Result<()> {
-    let report = cost_trials(files, prices, deadline, chart)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_report(&report, chart);
-    }
-    Ok(())
+    /// Draw hours and cost per device, with the deadline, into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<PathBuf>,
 }
 
-fn print_report(r: &CostReport, chart: Option<&Path>) {
-    println!(
+/// Print the cost table of the trials.
+pub fn run(args: CostArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let CostArgs { trials, prices, deadline, json, chart } = args;
+    let report = cost_trials(&trials, prices.as_deref(), deadline, chart.as_deref())?;
+    if json {
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report, chart.as_deref(), printer);
+    }
+    Ok(ExitStatus::Success)
+}
+
+fn print_report(r: &CostReport, chart: Option<&Path>, printer: Printer) {
+    out!(
+        printer,
         "cost of {} useful tokens{}",
         r.useful_tokens,
         r.deadline_hours.map_or(String::new(), |d| format!(", deadline {}", hours_text(d)))
     );
     if r.placeholder_prices {
-        println!("  the prices are PLACEHOLDERS (the prices file says so): put your provider's in before deciding");
+        out!(
+            printer,
+            "  the prices are PLACEHOLDERS (the prices file says so): put your provider's in before deciding"
+        );
     }
     for line in table(r) {
-        println!("  {line}");
+        out!(printer, "  {line}");
     }
     match &r.choice {
-        Some(_) => println!("choice: {}", r.why),
-        None => println!("no choice: {}", r.why),
+        Some(_) => out!(printer, "choice: {}", r.why),
+        None => out!(printer, "no choice: {}", r.why),
     }
     match &r.memory {
-        Some(split) => super::probe::print_split(split),
-        None => println!(
+        Some(split) => super::probe::print_split(split, printer),
+        None => out!(
+            printer,
             "memory split: no trial probed (a trial probes unless the job sets embed.batch_tokens or --no-probe is given)"
         ),
     }
     if let Some(p) = chart {
-        println!("chart: {}", p.display());
+        out!(printer, "chart: {}", p.display());
     }
 }
 

@@ -4,10 +4,14 @@
 //! pooling rather than a copy of them.
 
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+
+use super::ExitStatus;
+use super::args::Runtime;
+use super::printer::{Printer, err};
 
 use embedding_pipeline::ops::embed::embed_texts;
 use embedding_pipeline::options::EmbedOptions;
@@ -48,16 +52,31 @@ pub fn read_texts(file: &Path) -> anyhow::Result<Vec<String>> {
     Ok(texts)
 }
 
+/// `pipeline embed`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct EmbedArgs {
+    /// Texts to embed.
+    texts: Vec<String>,
+    /// More texts, from a JSON lines file: each line a JSON string or an object with a "text" field.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The model directory (default: the default model, as embed.model).
+    #[arg(long, value_name = "DIR")]
+    model: Option<String>,
+    /// Where the model runs: cpu, cuda or cuda:N (as embed.device).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    #[command(flatten)]
+    runtime: Runtime,
+}
+
 /// Embed the texts and print one `{"index": i, "vector": […]}` line per text, in order, after the
 /// fingerprint they were made under (on standard error).
-pub async fn embed(
-    mut texts: Vec<String>,
-    file: Option<&Path>,
-    model: Option<String>,
-    device: Option<String>,
-) -> anyhow::Result<()> {
+pub async fn run(args: EmbedArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let EmbedArgs { mut texts, file, model, device, runtime } = args;
+    runtime.apply();
     if let Some(file) = file {
-        texts.extend(read_texts(file)?);
+        texts.extend(read_texts(&file)?);
     }
     if texts.is_empty() {
         bail!("no texts: give them as arguments, or --file FILE (JSON lines)");
@@ -70,14 +89,14 @@ pub async fn embed(
         options.device = device;
     }
     let embedded = embed_texts(texts, &options).await?;
-    eprintln!("fingerprint: {}", embedded.fingerprint.to_json());
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    err!(printer, "fingerprint: {}", embedded.fingerprint.to_json());
+    let mut out = std::io::BufWriter::new(printer.stdout());
     for (index, vector) in embedded.rows().enumerate() {
         serde_json::to_writer(&mut out, &Line { index, vector })?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
 #[cfg(test)]

@@ -1,18 +1,35 @@
 //! `pipeline inspect DATASET [--json]`, and `pipeline inspect <output>.plan` for a plan directory.
 
+use std::path::Path;
+
+use super::ExitStatus;
+use super::printer::{Printer, out, out_text};
 use embedding_pipeline::lance::inspect::inspect as report;
 
+/// `pipeline inspect`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The Lance dataset.
+    dataset: String,
+    /// Print the stable JSON form (see the README).
+    #[arg(long)]
+    json: bool,
+    /// The id column (default: the one the dataset was written with, else `id`).
+    #[arg(long)]
+    id_column: Option<String>,
+}
+
 /// Print the dataset report, or a plan directory's summary.
-pub async fn inspect(dataset: &str, id_column: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let plan_file = std::path::Path::new(dataset).join(embedding_pipeline::campaign::plan::PLAN_FILE);
-    if plan_file.is_file() {
-        return super::plan::inspect_plan(std::path::Path::new(dataset), json).await;
+pub async fn run(args: InspectArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let InspectArgs { dataset, json, id_column } = args;
+    if Path::new(&dataset).join(embedding_pipeline::campaign::plan::PLAN_FILE).is_file() {
+        return super::plan::inspect_plan(Path::new(&dataset), json, printer).await;
     }
-    let r = report(&embedding_pipeline::lance::dataset_uri(dataset), id_column).await?;
+    let r = report(&embedding_pipeline::lance::dataset_uri(&dataset), id_column.as_deref()).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        out!(printer, "{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", r.to_text());
+        out_text!(printer, "{}", r.to_text());
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }

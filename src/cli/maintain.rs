@@ -1,56 +1,99 @@
 //! `pipeline index DATASET` and `pipeline optimize DATASET`: a vector index for `pipeline search`, and
 //! compaction with the cleanup of old versions; each leaves a record in the dataset's history.
 
+use super::ExitStatus;
+use super::args::{IndexKindArg, MetricArg, at_least};
+use super::printer::{Printer, out};
 use embedding_pipeline::lance::Metric;
-use embedding_pipeline::lance::maintain::{self, IndexKind, IndexRequest};
+use embedding_pipeline::lance::maintain::{self, IndexRequest};
+
+/// `pipeline index`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct IndexArgs {
+    /// The Lance dataset.
+    dataset: String,
+    /// ivf_pq (small, fast; needs 256 rows) or ivf_hnsw_sq (more recall, more memory).
+    #[arg(long, value_enum, default_value_t = IndexKindArg::IvfPq)]
+    kind: IndexKindArg,
+    /// The metric searches must use for the index to serve them.
+    #[arg(long, value_enum, default_value_t = MetricArg::Cosine)]
+    metric: MetricArg,
+    /// The vector column.
+    #[arg(long, default_value = "embedding")]
+    column: String,
+    /// IVF partitions (default: Lance's choice from the row count).
+    #[arg(long, value_parser = at_least::<1>)]
+    partitions: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `pipeline optimize`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct OptimizeArgs {
+    /// The Lance dataset.
+    dataset: String,
+    /// Remove versions older than this (0s: all but tagged ones and the latest). Their run records go
+    /// with them: tag a version (embed.tag) to keep it.
+    #[arg(long, default_value = "7d", value_name = "DURATION")]
+    older_than: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Build the index and say what was built.
-pub async fn index(
-    dataset: &str,
-    column: &str,
-    kind: IndexKind,
-    metric: Metric,
-    partitions: Option<usize>,
-    json: bool,
-) -> anyhow::Result<()> {
-    let request = IndexRequest { column: column.into(), kind, metric, partitions };
-    let maintain::BuiltIndex { version, record, index: built } = maintain::index(dataset, &request).await?;
+pub async fn index(args: IndexArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let IndexArgs { dataset, kind, metric, column, partitions, json } = args;
+    let (kind, metric, partitions) = (kind.into(), Metric::from(metric), partitions.map(|p| p as usize));
+    let request = IndexRequest { column, kind, metric, partitions };
+    let maintain::BuiltIndex { version, record, index: built } = maintain::index(&dataset, &request).await?;
     if json {
         let out = serde_json::json!({ "version": version, "record": record, "index": built });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        out!(printer, "{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("{dataset}: version {version}: {}", record.summary());
+        out!(printer, "{dataset}: version {version}: {}", record.summary());
         if let Some(built) = &built {
-            println!("built: {}", built.summary());
+            out!(printer, "built: {}", built.summary());
         }
         match metric {
-            Metric::Cosine => println!("pipeline search and embed_search() use it; search --exact searches without it"),
-            other => println!(
+            Metric::Cosine => {
+                out!(printer, "pipeline search and embed_search() use it; search --exact searches without it")
+            }
+            other => out!(
+                printer,
                 "pipeline search --metric {} uses it (a search by another metric, embed_search()'s cosine included, \
                  is exact)",
                 other.name()
             ),
         }
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
 /// Compact and clean up, and say what was done.
-pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Result<()> {
-    let report = maintain::optimize(dataset, older_than).await?;
+pub async fn optimize(args: OptimizeArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let OptimizeArgs { dataset, older_than, json } = args;
+    let report = maintain::optimize(&dataset, &older_than).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
         let c = &report.compaction;
         match report.compacted_version {
-            Some(v) => println!(
+            Some(v) => out!(
+                printer,
                 "compaction: {} fragments rewritten into {} ({} files removed, {} added), version {v}",
-                c.fragments_removed, c.fragments_added, c.files_removed, c.files_added
+                c.fragments_removed,
+                c.fragments_added,
+                c.files_removed,
+                c.files_added
             ),
-            None => println!("compaction: nothing to compact"),
+            None => out!(printer, "compaction: nothing to compact"),
         }
         let k = &report.cleanup;
-        println!(
+        out!(
+            printer,
             "cleanup: {} version{} older than {older_than} removed, {} bytes freed{}",
             k.versions_removed,
             if k.versions_removed == 1 { "" } else { "s" },
@@ -61,7 +104,7 @@ pub async fn optimize(dataset: &str, older_than: &str, json: bool) -> anyhow::Re
                 format!("; tagged versions kept: {:?}", k.tagged_kept)
             }
         );
-        println!("recorded in version {} ({:.1} s)", report.version, report.seconds);
+        out!(printer, "recorded in version {} ({:.1} s)", report.version, report.seconds);
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }

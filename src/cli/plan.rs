@@ -1,43 +1,65 @@
 //! `pipeline plan job.sql [--json] [--units N | --unit-tokens T]` and `pipeline inspect <output>.plan`: the
 //! plans [`embedding_pipeline::ops::plan`] makes, printed.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 
+use super::ExitStatus;
+use super::args::{JobVars, Runtime, at_least};
+use super::printer::{Printer, out};
 use embedding_pipeline::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
 use embedding_pipeline::ops::plan::{UnitSize, plan_job_for, source_changes};
 
-/// Plan every write into Lance of the job file, and print what was found.
-pub async fn plan_file(
-    file: &Path,
-    vars: &BTreeMap<String, String>,
+/// `pipeline plan`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The job file.
+    file: PathBuf,
+    #[command(flatten)]
+    vars: JobVars,
+    /// Print the plans as JSON.
+    #[arg(long)]
     json: bool,
-    size: UnitSize,
-    device: Option<&str>,
-) -> anyhow::Result<()> {
-    let plans = plan_job_for(file, vars, size, device).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
+    /// At most this many work units, of equal tokens.
+    #[arg(long, conflicts_with = "unit_tokens", value_parser = at_least::<1>)]
+    units: Option<u64>,
+    /// About this many useful tokens per work unit (a unit ends with the row that reaches it).
+    #[arg(long, default_value_t = embedding_pipeline::ops::plan::DEFAULT_UNIT_TOKENS, value_parser = at_least::<1>)]
+    unit_tokens: u64,
+    /// Plan for a run on this device (cpu, cuda, cuda:N…; sets embed.device, a SET in the job wins), from any
+    /// machine: for a GPU, with the model it will use there (the float16 default), without a GPU here.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    #[command(flatten)]
+    runtime: Runtime,
+}
+
+/// Plan every write into Lance of the job file, and print what was found.
+pub async fn run(args: PlanArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    args.runtime.apply();
+    let size = args.units.map_or(UnitSize::Tokens(args.unit_tokens), UnitSize::Count);
+    let plans = plan_job_for(&args.file, &args.vars.parse()?, size, args.device.as_deref()).await?;
+    if args.json {
+        out!(printer, "{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
     } else {
         for (plan, dir) in &plans {
-            print_summary(plan, dir);
+            print_summary(plan, dir, printer);
         }
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
 /// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
-pub async fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
+pub async fn inspect_plan(dir: &Path, json: bool, printer: Printer) -> anyhow::Result<ExitStatus> {
     let (plan, digest) = Plan::read(dir).map_err(|e| anyhow!(e))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
-        return Ok(());
+        out!(printer, "{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(ExitStatus::Success);
     }
-    print_summary(&plan, dir);
-    println!("  made {} by version {}; fingerprint: {}", plan.created, plan.tool_version, plan.fingerprint.model);
-    println!("  plan.json sha256: {digest}");
+    print_summary(&plan, dir, printer);
+    out!(printer, "  made {} by version {}; fingerprint: {}", plan.created, plan.tool_version, plan.fingerprint.model);
+    out!(printer, "  plan.json sha256: {digest}");
     for source in &plan.sources {
         let what = match (&source.lance, &source.unchecked) {
             (Some(l), _) => format!("Lance {} at version {}", l.uri, l.version),
@@ -46,42 +68,52 @@ pub async fn inspect_plan(dir: &Path, json: bool) -> anyhow::Result<()> {
                 format!("{} file(s), {} bytes", source.files.len(), source.files.iter().map(|f| f.bytes).sum::<u64>())
             }
         };
-        println!("  source {}: {what}", source.table);
+        out!(printer, "  source {}: {what}", source.table);
     }
     match source_changes(&plan).await.as_slice() {
-        [] => println!("  sources: unchanged since the plan"),
+        [] => out!(printer, "  sources: unchanged since the plan"),
         changes => {
-            println!("  sources: changed since the plan; run pipeline plan again:");
-            changes.iter().for_each(|c| println!("    {c}"));
+            out!(printer, "  sources: changed since the plan; run pipeline plan again:");
+            changes.iter().for_each(|c| out!(printer, "    {c}"));
         }
     }
-    println!("  unit   first row       rows   useful tokens   longest  shortest");
+    out!(printer, "  unit   first row       rows   useful tokens   longest  shortest");
     for u in &plan.units {
-        println!(
+        out!(
+            printer,
             "  {:>4} {:>11} {:>10} {:>15} {:>9} {:>9}",
-            u.unit, u.first_row, u.rows, u.useful_tokens, u.longest, u.shortest
+            u.unit,
+            u.first_row,
+            u.rows,
+            u.useful_tokens,
+            u.longest,
+            u.shortest
         );
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
-fn print_summary(plan: &Plan, dir: &Path) {
+fn print_summary(plan: &Plan, dir: &Path, printer: Printer) {
     let t = &plan.totals;
     let pct = |a: u64, b: u64| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
-    println!("plan for {}: {}", plan.output, dir.display());
-    println!("  rows: {} ({} documents, {} NULL texts)", t.rows, t.documents, t.null_texts);
-    println!(
+    out!(printer, "plan for {}: {}", plan.output, dir.display());
+    out!(printer, "  rows: {} ({} documents, {} NULL texts)", t.rows, t.documents, t.null_texts);
+    out!(
+        printer,
         "  tokens: {} in the texts, {} fed to the model (embed.max_tokens = {})",
-        t.tokens_before_truncation, t.useful_tokens, t.max_tokens
+        t.tokens_before_truncation,
+        t.useful_tokens,
+        t.max_tokens
     );
-    println!(
+    out!(
+        printer,
         "  truncation: {} documents ({:.1}%) cut, {} tokens ({:.1}%) dropped",
         t.truncated_documents,
         pct(t.truncated_documents, t.documents),
         t.dropped_tokens,
         pct(t.dropped_tokens, t.tokens_before_truncation)
     );
-    println!("  units: {} of about {} useful tokens", plan.units.len(), plan.unit_tokens);
-    println!("  work list: {}", dir.join(WORK_LIST_FILE).display());
-    println!("  histogram: {}", dir.join(HISTOGRAM_FILE).display());
+    out!(printer, "  units: {} of about {} useful tokens", plan.units.len(), plan.unit_tokens);
+    out!(printer, "  work list: {}", dir.join(WORK_LIST_FILE).display());
+    out!(printer, "  histogram: {}", dir.join(HISTOGRAM_FILE).display());
 }

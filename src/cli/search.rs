@@ -7,7 +7,9 @@
 
 use std::path::PathBuf;
 
-use super::args::MetricArg;
+use super::ExitStatus;
+use super::args::{MetricArg, Runtime};
+use super::printer::{Printer, out};
 use embedding_pipeline::lance::search::{SearchRequest, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
@@ -55,6 +57,8 @@ pub struct SearchArgs {
     /// under `passage`) instead of the documents' prompt; the rest of the fingerprint must still match.
     #[arg(long, value_name = "NAME")]
     pub prompt_name: Option<String>,
+    #[command(flatten)]
+    pub runtime: Runtime,
 }
 
 impl SearchArgs {
@@ -76,7 +80,8 @@ impl SearchArgs {
 }
 
 /// Search and print the nearest rows, nearest first, with their distance (`_distance`).
-pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
+pub async fn run(args: SearchArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    args.runtime.apply();
     let mut batch = nearest(&args.request()).await?;
     if let Some(source) = &args.join {
         batch = embedding_pipeline::ops::search::join_source(batch, source, &args.dataset, args.id_column.as_deref())
@@ -90,9 +95,9 @@ pub async fn search(args: &SearchArgs) -> anyhow::Result<()> {
         writer.write(&batch)?;
         writer.finish()?;
         let rows = writer.into_inner();
-        println!("{}", if rows.is_empty() { "[]".into() } else { String::from_utf8(rows)? });
+        out!(printer, "{}", if rows.is_empty() { "[]".into() } else { String::from_utf8(rows)? });
     } else {
-        println!("{}", datafusion::arrow::util::pretty::pretty_format_batches(&[batch])?);
+        out!(printer, "{}", datafusion::arrow::util::pretty::pretty_format_batches(&[batch])?);
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }

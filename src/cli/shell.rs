@@ -13,8 +13,12 @@ use anyhow::anyhow;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use super::job_input::JobStatement;
-use super::run::{CommandSettings, Printer};
+use super::ExitStatus;
+use super::args::{JobSettings, Output, Runtime};
+use super::job_input::{Input, JobStatement};
+use super::printer::{Printer, err, out};
+use super::run::{CommandSettings, JobDisplay, job};
+use super::signals::{StopSays, at_prompt, remember_terminal, stop_on_signals};
 use embedding_pipeline::campaign::interrupt;
 use embedding_pipeline::ops::run::{job_session, run_labelled};
 use embedding_pipeline::ops::script::{ends_statement, split_statements};
@@ -23,25 +27,45 @@ use embedding_pipeline::session::EmbedSession;
 const PROMPT: &str = "pipeline> ";
 const MORE: &str = "       -> ";
 
-/// Run the set-up statements, then read statements from the terminal (or standard input) until the end.
-pub async fn shell(setup: &[JobStatement], settings: &CommandSettings) -> anyhow::Result<()> {
+/// `pipeline sql`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct SqlArgs {
+    /// Job files to run first (e.g. the CREATE statements of a campaign).
+    #[arg(value_name = "FILE")]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    settings: JobSettings,
+    #[command(flatten)]
+    output: Output,
+    #[command(flatten)]
+    runtime: Runtime,
+}
+
+/// Run the job files' statements, then read statements from the terminal (or standard input) until the end.
+pub async fn run(args: SqlArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let SqlArgs { files, settings, output, runtime } = args;
+    runtime.apply();
+    let inputs: Vec<_> = files.into_iter().map(Input::from_arg).collect();
+    let (setup, settings) =
+        job(&inputs, settings, output, false, embedding_pipeline::ops::PlanChoice::Beside, printer)?;
     // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
-    super::stop_on_signals(super::StopSays::Committing);
+    stop_on_signals(StopSays::Committing, printer);
     let session = job_session(&settings.job).await?;
     let mut json_sources = Vec::new();
-    for s in setup {
-        run_labelled(&session, s, &settings.job.plans, &mut json_sources, &Printer::new(settings)).await?;
+    for s in &setup {
+        run_labelled(&session, s, &settings.job.plans, &mut json_sources, &JobDisplay::new(&settings)).await?;
     }
     if !std::io::stdin().is_terminal() {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text)?;
         for stmt in split_statements(&text).map_err(|e| anyhow!("<stdin>: {e}"))? {
             let s = JobStatement { source: "<stdin>".into(), stmt };
-            run_labelled(&session, &s, &settings.job.plans, &mut json_sources, &Printer::new(settings)).await?;
+            run_labelled(&session, &s, &settings.job.plans, &mut json_sources, &JobDisplay::new(&settings)).await?;
         }
-        return Ok(());
+        return Ok(ExitStatus::Success);
     }
-    interactive(&session, settings, &mut json_sources).await
+    interactive(&session, &settings, &mut json_sources).await?;
+    Ok(ExitStatus::Success)
 }
 
 async fn interactive(
@@ -49,7 +73,7 @@ async fn interactive(
     settings: &CommandSettings,
     json_sources: &mut Vec<String>,
 ) -> anyhow::Result<()> {
-    super::remember_terminal();
+    remember_terminal();
     let mut editor = DefaultEditor::new()?;
     let history = history_file();
     if let Some(file) = &history {
@@ -58,14 +82,15 @@ async fn interactive(
             let _ = std::fs::create_dir_all(dir);
         }
     }
-    if !settings.quiet {
-        println!("pipeline sql: statements end with `;`, \\q or ctrl-D leaves");
+    let printer = settings.printer;
+    if !printer.quiet() {
+        out!(printer, "pipeline sql: statements end with `;`, \\q or ctrl-D leaves");
     }
     let mut buffer = String::new();
     loop {
-        super::at_prompt(true);
+        at_prompt(true);
         let read = editor.readline(if buffer.is_empty() { PROMPT } else { MORE });
-        super::at_prompt(false);
+        at_prompt(false);
         let line = match read {
             Ok(line) => line,
             Err(ReadlineError::Interrupted) => {
@@ -92,18 +117,18 @@ async fn interactive(
         }
         let text = std::mem::take(&mut buffer);
         match split_statements(&text) {
-            Err(e) => eprintln!("error: {e}"),
+            Err(e) => err!(printer, "error: {e}"),
             Ok(statements) => {
                 for stmt in statements {
                     let s = JobStatement { source: String::new(), stmt };
                     // A ctrl-C that came after the last statement ended is not for this one.
                     interrupt::clear_stop();
                     let result =
-                        run_labelled(session, &s, &settings.job.plans, json_sources, &Printer::new(settings)).await;
+                        run_labelled(session, &s, &settings.job.plans, json_sources, &JobDisplay::new(settings)).await;
                     let stopped = interrupt::stop_requested();
                     interrupt::clear_stop();
                     if let Err(e) = result {
-                        eprintln!("error: {}", e.chain_text());
+                        err!(printer, "error: {}", e.chain_text());
                         break;
                     }
                     if stopped {

@@ -2,32 +2,101 @@
 //! job's first write into Lance will cost on this machine's device, measured on a sample by
 //! [`embedding_pipeline::ops::trial`], printed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::Exit;
+use super::ExitStatus;
+use super::args::{JobVars, Runtime, at_least};
+use super::printer::{Printer, out};
 use embedding_pipeline::ops::cost::duration;
-use embedding_pipeline::ops::trial::{TrialArgs, TrialReport, run_trial};
+use embedding_pipeline::ops::trial::{TrialReport, run_trial};
 
-/// Run the trial and print (or with `json` print as JSON) what it found; it is saved to `args.save`.
-pub async fn trial_file(args: &TrialArgs, json: bool) -> anyhow::Result<()> {
-    let report = run_trial(args).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+/// `pipeline trial`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct TrialArgs {
+    /// The job file (its first write into Lance is tried; the output itself is not touched).
+    file: PathBuf,
+    #[command(flatten)]
+    vars: JobVars,
+    #[command(flatten)]
+    trial: TrialFlags,
+    /// Print trial.json.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    runtime: Runtime,
+}
+
+/// What `pipeline trial` is asked beside its job: the library's [`embedding_pipeline::ops::trial::TrialArgs`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrialFlags {
+    /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
+    #[arg(long, default_value_t = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
+    minutes: f64,
+    /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
+    /// stratum, k chosen to come nearest).
+    #[arg(long, value_parser = at_least::<1>)]
+    sample: Option<u64>,
+    /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
+    #[arg(long, default_value = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_SAVE)]
+    save: PathBuf,
+    /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
+    /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
+    #[arg(long, value_name = "DATASET")]
+    reference: Option<String>,
+    /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
+    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::campaign::memory::parse_size)]
+    memory_budget: Option<u64>,
+    /// Keep the job's batch settings; do not probe.
+    #[arg(long)]
+    no_probe: bool,
+    /// The trial's name, which pipeline cost prints and prices it by (default: the device).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+impl TrialFlags {
+    /// The library's arguments: these, for the job `file` with its variables.
+    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::trial::TrialArgs> {
+        let Self { minutes, sample, save, reference, memory_budget, no_probe, name } = self;
+        Ok(embedding_pipeline::ops::trial::TrialArgs {
+            file,
+            vars: vars.parse()?,
+            minutes,
+            sample,
+            save,
+            reference,
+            memory_budget,
+            no_probe,
+            name,
+        })
+    }
+}
+
+/// Run the trial and print (or with `--json` print as JSON) what it found; it is saved to `--save`. Exit 1 when
+/// the sample's vectors do not match the reference's.
+pub async fn run(args: TrialArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    args.runtime.apply();
+    let trial = args.trial.args(args.file, &args.vars)?;
+    let report = run_trial(&trial).await?;
+    if args.json {
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_report(&report, &args.save);
+        print_report(&report, &trial.save, printer);
     }
     if let Some(why) = report.mismatch() {
-        return Err(Exit::with(Exit::DIFFER, anyhow::anyhow!(why)));
+        printer.error(&anyhow::anyhow!(why));
+        return Ok(ExitStatus::Failure);
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }
 
 /// How busy the model was during the sample, and what that means for the prediction.
-fn print_host(r: &TrialReport) {
+fn print_host(r: &TrialReport, printer: Printer) {
     let Some(h) = &r.host else { return };
-    println!("  while the sample was embedded: {}", h.describe());
+    out!(printer, "  while the sample was embedded: {}", h.describe());
     if h.cores_to_keep_busy.is_some() {
-        println!(
+        out!(
+            printer,
             "  the prediction holds for this machine's {} cores: one with more would run faster, up to the model's \
              own rate",
             h.cores
@@ -35,36 +104,16 @@ fn print_host(r: &TrialReport) {
     }
 }
 
-fn print_report(r: &TrialReport, save: &Path) {
-    println!("trial of {} on {}", r.job, r.device);
-    let s = &r.settings;
-    println!(
-        "  settings (from {}): embed.batch_tokens = {}, embed.max_batch_rows = {}, {} session(s) x {} thread(s)",
-        s.from, s.batch_tokens, s.max_batch_rows, s.sessions_per_device, s.intra_threads
-    );
-    if let Some(p) = &r.probe {
-        println!("  probe: {} steps, {}", p.steps.len(), p.stopped);
-    }
-    println!("  plan: {}", r.plan_from);
-    let c = &r.corpus;
-    println!("  corpus: {} rows, {} useful tokens", c.rows, c.useful_tokens);
-    let m = &r.sample;
-    println!(
-        "  sample: {} rows, {} useful tokens ({:.1}% of the corpus's), for {}; its length mix is within {:.1} points \
-         of the corpus's in every bin",
-        m.rows,
-        m.useful_tokens,
-        100.0 * m.share_of_tokens,
-        m.chosen_by,
-        100.0 * m.largest_bin_difference
-    );
-    println!("  stratum  tokens/text  corpus tokens  sample tokens  calls  useful tokens/s   predicted");
+/// The strata: each one's lengths, tokens, timed calls, rate and predicted time.
+fn print_strata(r: &TrialReport, printer: Printer) {
+    out!(printer, "  stratum  tokens/text  corpus tokens  sample tokens  calls  useful tokens/s   predicted");
     for st in &r.strata {
         let rate = match st.rate_from_stratum {
             Some(k) => format!("{:.0} (of {k})", st.useful_tokens_per_second),
             None => format!("{:.0}", st.useful_tokens_per_second),
         };
-        println!(
+        out!(
+            printer,
             "  {:>7} {:>12} {:>14} {:>14} {:>6} {:>16} {:>11}",
             st.stratum,
             format!("{}-{}", st.shortest, st.longest),
@@ -75,30 +124,67 @@ fn print_report(r: &TrialReport, save: &Path) {
             duration(st.predicted_seconds)
         );
     }
+}
+
+fn print_report(r: &TrialReport, save: &Path, printer: Printer) {
+    out!(printer, "trial of {} on {}", r.job, r.device);
+    let s = &r.settings;
+    out!(
+        printer,
+        "  settings (from {}): embed.batch_tokens = {}, embed.max_batch_rows = {}, {} session(s) x {} thread(s)",
+        s.from,
+        s.batch_tokens,
+        s.max_batch_rows,
+        s.sessions_per_device,
+        s.intra_threads
+    );
+    if let Some(p) = &r.probe {
+        out!(printer, "  probe: {} steps, {}", p.steps.len(), p.stopped);
+    }
+    out!(printer, "  plan: {}", r.plan_from);
+    let c = &r.corpus;
+    out!(printer, "  corpus: {} rows, {} useful tokens", c.rows, c.useful_tokens);
+    let m = &r.sample;
+    out!(
+        printer,
+        "  sample: {} rows, {} useful tokens ({:.1}% of the corpus's), for {}; its length mix is within {:.1} points \
+         of the corpus's in every bin",
+        m.rows,
+        m.useful_tokens,
+        100.0 * m.share_of_tokens,
+        m.chosen_by,
+        100.0 * m.largest_bin_difference
+    );
+    print_strata(r, printer);
     let p = &r.prediction;
-    println!(
+    out!(
+        printer,
         "predicted for the whole corpus from its plan: {} ({} to {}), {:.0} useful tokens/s",
         duration(p.seconds),
         duration(p.low_seconds),
         duration(p.high_seconds),
         p.useful_tokens_per_second
     );
-    println!(
+    out!(
+        printer,
         "  of which model load {:.1} s, start {:.1} s, finish {:.1} s; the range is two standard errors of each \
          stratum's rate, not the machine's drift",
-        p.model_load_seconds, p.startup_seconds, p.finish_seconds
+        p.model_load_seconds,
+        p.startup_seconds,
+        p.finish_seconds
     );
-    print_host(r);
+    print_host(r, printer);
     if let Some(t) = r.plan_seconds {
-        println!("  a run without a plan also counts the corpus first: planning took {t:.1} s here");
+        out!(printer, "  a run without a plan also counts the corpus first: planning took {t:.1} s here");
     }
-    println!("  run the campaign with:");
+    out!(printer, "  run the campaign with:");
     for line in &s.set {
-        println!("    {line}");
+        out!(printer, "    {line}");
     }
     if let Some(c) = &r.comparison {
         let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.6}"));
-        println!(
+        out!(
+            printer,
             "against {}: {} ids, minimum cosine {}, mean {}, largest difference {}: {}",
             c.reference,
             c.matched,
@@ -108,5 +194,5 @@ fn print_report(r: &TrialReport, save: &Path) {
             if c.passed { "the vectors match".to_string() } else { format!("NO MATCH ({})", c.failures.join("; ")) }
         );
     }
-    println!("saved {} (vectors: {})", save.display(), r.vectors);
+    out!(printer, "saved {} (vectors: {})", save.display(), r.vectors);
 }

@@ -1,64 +1,119 @@
 //! `pipeline verify DATASET[@VERSION] [--job job.sql]`: the checks of [`embedding_pipeline::ops::verify`], printed, the
 //! report saved beside the dataset. Exit 0 when sound, 1 with findings, 2 when it cannot check.
 
+use std::path::PathBuf;
+
 use anyhow::anyhow;
 
-use super::Exit;
+use super::ExitStatus;
+use super::args::{Columns, JobVars, Runtime};
+use super::printer::{Printer, err, out, out_text};
+use super::signals::{StopSays, stop_on_signals};
 use embedding_pipeline::campaign::DeviceInfo;
 use embedding_pipeline::lance::compare::examples;
 use embedding_pipeline::ops::Reporter;
-use embedding_pipeline::ops::verify::{SampleFindings, VerifyArgs, VerifyReport, save, verify};
+use embedding_pipeline::ops::verify::{SampleFindings, VerifyReport, save, verify};
+
+/// `pipeline verify`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The Lance dataset: `path`, `path@version` or `path@tag`.
+    dataset: String,
+    /// The job that made it: its corpus's ids, and the sample's texts.
+    #[arg(long, value_name = "FILE")]
+    job: Option<PathBuf>,
+    #[command(flatten)]
+    vars: JobVars,
+    /// Rows of the corpus to embed again (with --job; 0: none).
+    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
+    sample: u64,
+    /// The sample's seed: the same seed draws the same rows.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Smallest acceptable cosine between a stored vector and its re-embedding.
+    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_MIN_COSINE)]
+    min_cosine: f64,
+    /// The model directory, where the run records do not name it.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// Where the sample is embedded again: cpu, cuda or cuda:N.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+    #[command(flatten)]
+    columns: Columns,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    runtime: Runtime,
+}
 
 /// Says each stage on stderr as `verify: …`, unless quiet.
 struct Stages {
-    quiet: bool,
+    printer: Printer,
 }
 
 impl Reporter for Stages {
     fn note(&self, what: &str) {
-        if !self.quiet {
-            eprintln!("verify: {what}");
+        if !self.printer.quiet() {
+            err!(self.printer, "verify: {what}");
         }
     }
 }
 
 /// `pipeline verify`: print the report, save it beside the dataset, exit 1 with findings, 2 when it could not
 /// check what was asked. Ctrl-C or SIGTERM stops it (exit 130) and nothing is saved: it writes nothing else.
-pub async fn verify_command(args: &VerifyArgs, json: bool, quiet: bool) -> anyhow::Result<()> {
-    super::stop_on_signals(super::StopSays::NothingToCommit);
-    let stages = Stages { quiet };
+pub async fn run(args: VerifyArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
+    let VerifyArgs { dataset, job, vars, sample, seed, min_cosine, model, device, columns, json, runtime } = args;
+    runtime.apply();
+    let args = embedding_pipeline::ops::verify::VerifyArgs {
+        dataset,
+        job,
+        vars: vars.parse()?,
+        sample,
+        seed,
+        min_cosine,
+        model,
+        device,
+        id_column: columns.id_column,
+        column: columns.column,
+    };
+    stop_on_signals(StopSays::NothingToCommit, printer);
+    let stages = Stages { printer };
     let result = tokio::select! {
-        r = verify(args, &stages) => r.map_err(anyhow::Error::from),
+        r = verify(&args, &stages) => r.map_err(anyhow::Error::from),
         () = embedding_pipeline::campaign::interrupt::stopped() => Err(anyhow!("stopped")),
     };
     if embedding_pipeline::campaign::interrupt::stop_requested() {
-        return Err(Exit::with(
-            Exit::STOPPED,
-            anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset),
-        ));
+        let stopped = anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset);
+        return Ok(ExitStatus::Stopped.with_error(printer, stopped));
     }
-    let report = result.map_err(|e| Exit::with(Exit::CANNOT, e))?;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => return Ok(ExitStatus::Cannot.with_error(printer, e)),
+    };
     let saved = save(&report);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", to_text(&report));
+        out_text!(printer, "{}", to_text(&report));
         match saved {
-            Ok(Some(path)) => println!("  saved: {}", path.display()),
+            Ok(Some(path)) => out!(printer, "  saved: {}", path.display()),
             Ok(None) => {}
-            Err(e) => eprintln!("warning: {}", e.chain_text()),
+            Err(e) => err!(printer, "warning: {}", e.chain_text()),
         }
     }
-    match report.verdict.as_str() {
+    Ok(match report.verdict.as_str() {
         "findings" => {
-            Err(Exit::with(Exit::DIFFER, anyhow!("{} is not sound: {}", args.dataset, report.findings.join("; "))))
+            let findings = anyhow!("{} is not sound: {}", args.dataset, report.findings.join("; "));
+            ExitStatus::Failure.with_error(printer, findings)
         }
-        "cannot check" => Err(Exit::with(
-            Exit::CANNOT,
-            anyhow!("{} could not be checked fully: {}", args.dataset, report.cannot_check.join("; ")),
-        )),
-        _ => Ok(()),
-    }
+        "cannot check" => {
+            let partial = anyhow!("{} could not be checked fully: {}", args.dataset, report.cannot_check.join("; "));
+            ExitStatus::Cannot.with_error(printer, partial)
+        }
+        _ => ExitStatus::Success,
+    })
 }
 
 /// The report as the command prints it.
