@@ -18,12 +18,12 @@ use std::time::Duration;
 use arrow::array::{Array, FixedSizeListArray, Float32Array, RecordBatch, RecordBatchIterator};
 use arrow::datatypes::{DataType, Field, SchemaRef};
 use arrow::ffi_stream::FFI_ArrowArrayStream;
-use embedding_pipeline::campaign::interrupt;
-use embedding_pipeline::ops::run::{RunReport, RunSettings, WriteProgress};
+use embedding_pipeline::ops::run::{RunOptions, RunReport, WriteProgress};
 use embedding_pipeline::ops::script::{
     JobStatement, check_sets_against_job, is_setting_name, is_var_name, job_statements, read_job,
 };
-use embedding_pipeline::ops::{PlanChoice, Reporter};
+use embedding_pipeline::ops::{Reporter, WorkPlanChoice};
+use embedding_pipeline::process::interrupt;
 use embedding_pipeline::{EmbedOptions, EmbedSession, Error};
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
@@ -377,11 +377,11 @@ fn run(
     check_sets_against_job(&sets, &statements).map_err(|e| py_err(&e))?;
     let plans = match (plan, no_plan) {
         (Some(_), true) => return Err(PipelineError::new_err("give a plan directory or plan=False, not both")),
-        (Some(dir), false) => PlanChoice::Dir(dir),
-        (None, true) => PlanChoice::Off,
-        (None, false) => PlanChoice::Beside,
+        (Some(dir), false) => WorkPlanChoice::Dir(dir),
+        (None, true) => WorkPlanChoice::Off,
+        (None, false) => WorkPlanChoice::Beside,
     };
-    let settings = RunSettings { restart, device, plans, sets, ..RunSettings::default() };
+    let settings = RunOptions { restart, device, plans, sets, ..RunOptions::default() };
     let reporter = Arc::clone(&collector);
     let report = wait(py, &collector, on_event.as_ref(), OnStop::Commit, move || async move {
         embedding_pipeline::ops::run_job(&statements, &settings, &*reporter).await
@@ -434,7 +434,7 @@ impl Session {
     #[new]
     #[pyo3(signature = (sets=None, device=None))]
     fn new(py: Python<'_>, sets: Option<Vec<(String, String)>>, device: Option<String>) -> PyResult<Self> {
-        let settings = RunSettings { device, sets: checked_sets(sets.unwrap_or_default())?, ..RunSettings::default() };
+        let settings = RunOptions { device, sets: checked_sets(sets.unwrap_or_default())?, ..RunOptions::default() };
         let collector = Collector::default();
         let session = wait(py, &collector, None, OnStop::Abandon("starting the session".into()), move || async move {
             embedding_pipeline::ops::run::job_session(&settings).await
@@ -461,7 +461,7 @@ impl Session {
         let statements = statements(&format!("sql #{call}"), &text, &vars.unwrap_or_default(), &collector)?;
         let (session, reporter) = (self.session.clone(), Arc::clone(&collector));
         wait(py, &collector, on_event.as_ref(), OnStop::Commit, move || async move {
-            let settings = RunSettings::default();
+            let settings = RunOptions::default();
             embedding_pipeline::ops::run::run_in(&session, &statements, &settings, &*reporter).await
         })?;
         let result = lock(&collector.result).take();
@@ -620,11 +620,11 @@ fn trial(
     name: Option<String>,
     on_event: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    use embedding_pipeline::ops::trial::TrialArgs;
+    use embedding_pipeline::ops::trial::TrialOptions;
     if minutes.is_some() && sample.is_some() {
         return Err(PipelineError::new_err("give minutes or sample, not both"));
     }
-    let mut args = TrialArgs::new(job);
+    let mut args = TrialOptions::new(job);
     args.vars = vars.unwrap_or_default();
     checked_vars(&args.vars)?;
     if let Some(minutes) = minutes {
@@ -665,8 +665,8 @@ fn verify(
     column: Option<String>,
     on_event: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
-    use embedding_pipeline::ops::verify::VerifyArgs;
-    let mut args = VerifyArgs::new(dataset);
+    use embedding_pipeline::ops::verify::VerifyOptions;
+    let mut args = VerifyOptions::new(dataset);
     args.job = job;
     args.vars = vars.unwrap_or_default();
     checked_vars(&args.vars)?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use embedding_pipeline::lance::Metric;
-use embedding_pipeline::lance::maintain::IndexKind;
+use embedding_pipeline::ops::maintain::IndexKind;
 
 use super::display;
 use super::job_input;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use embedding_pipeline::cluster::{ClusterKeys, ExecutorSettings, run_executor, run_scheduler};
+use embedding_pipeline::cluster::{ClusterKeys, ExecutorOptions, run_executor, run_scheduler};
 use embedding_pipeline::udf::embed::HostOptions;
 
 use super::ExitStatus;
@@ -109,7 +109,7 @@ pub async fn executor(args: ExecutorArgs, printer: Printer) -> anyhow::Result<Ex
     } = args;
     runtime.apply();
     let work_dir = work_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("pipeline-executor-{}", bind.port())));
-    let settings = ExecutorSettings {
+    let settings = ExecutorOptions {
         scheduler,
         bind,
         external_host,

@@ -3,7 +3,7 @@
 use super::ExitStatus;
 use super::args::Columns;
 use super::printer::{Printer, out, out_text};
-use embedding_pipeline::lance::compare::Thresholds;
+use embedding_pipeline::ops::compare::Thresholds;
 
 /// `pipeline compare`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -45,7 +45,7 @@ pub async fn run(args: CompareArgs, printer: Printer) -> anyhow::Result<ExitStat
         columns: Columns { id_column, column },
     } = args;
     let thresholds = Thresholds { min_cosine, max_diff, shared_ids, allow_different_fingerprints };
-    let r = match embedding_pipeline::lance::compare::compare(&a, &b, id_column.as_deref(), &column, thresholds).await {
+    let r = match embedding_pipeline::ops::compare::compare(&a, &b, id_column.as_deref(), &column, thresholds).await {
         Ok(r) => r,
         Err(e) => return Ok(ExitStatus::Cannot.with_error(printer, e.into())),
     };

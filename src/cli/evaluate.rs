@@ -73,7 +73,7 @@ pub async fn run(args: EvaluateArgs, printer: Printer) -> anyhow::Result<ExitSta
         (_, _, Some(p)) => Some(read_pairs(&p)?),
         _ => None,
     };
-    let options = embedding_pipeline::ops::evaluate::EvaluateArgs {
+    let options = embedding_pipeline::ops::evaluate::EvaluateOptions {
         datasets,
         judgements,
         ks,

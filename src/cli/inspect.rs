@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::ExitStatus;
 use super::printer::{Printer, out, out_text};
-use embedding_pipeline::lance::inspect::inspect as report;
+use embedding_pipeline::ops::inspect::inspect as report;
 
 /// `pipeline inspect`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -22,7 +22,7 @@ pub struct InspectArgs {
 /// Print the dataset report, or a plan directory's summary.
 pub async fn run(args: InspectArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     let InspectArgs { dataset, json, id_column } = args;
-    if Path::new(&dataset).join(embedding_pipeline::campaign::plan::PLAN_FILE).is_file() {
+    if Path::new(&dataset).join(embedding_pipeline::campaign::work_plan::PLAN_FILE).is_file() {
         return super::plan::inspect_plan(Path::new(&dataset), json, printer).await;
     }
     let r = report(&embedding_pipeline::lance::dataset_uri(&dataset), id_column.as_deref()).await?;

@@ -5,7 +5,7 @@ use super::ExitStatus;
 use super::args::{IndexKindArg, MetricArg, at_least};
 use super::printer::{Printer, out};
 use embedding_pipeline::lance::Metric;
-use embedding_pipeline::lance::maintain::{self, IndexRequest};
+use embedding_pipeline::ops::maintain::{self, IndexOptions};
 
 /// `pipeline index`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,7 @@ pub struct OptimizeArgs {
 pub async fn index(args: IndexArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     let IndexArgs { dataset, kind, metric, column, partitions, json } = args;
     let (kind, metric, partitions) = (kind.into(), Metric::from(metric), partitions.map(|p| p as usize));
-    let request = IndexRequest { column, kind, metric, partitions };
+    let request = IndexOptions { column, kind, metric, partitions };
     let maintain::BuiltIndex { version, record, index: built } = maintain::index(&dataset, &request).await?;
     if json {
         let out = serde_json::json!({ "version": version, "record": record, "index": built });

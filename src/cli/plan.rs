@@ -8,7 +8,7 @@ use anyhow::anyhow;
 use super::ExitStatus;
 use super::args::{JobVars, Runtime, at_least};
 use super::printer::{Printer, out};
-use embedding_pipeline::campaign::plan::{HISTOGRAM_FILE, Plan, WORK_LIST_FILE};
+use embedding_pipeline::campaign::work_plan::{HISTOGRAM_FILE, WORK_LIST_FILE, WorkPlan};
 use embedding_pipeline::ops::plan::{UnitSize, plan_job_for, source_changes};
 
 /// `pipeline plan`'s arguments.
@@ -52,7 +52,7 @@ pub async fn run(args: PlanArgs, printer: Printer) -> anyhow::Result<ExitStatus>
 
 /// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
 pub async fn inspect_plan(dir: &Path, json: bool, printer: Printer) -> anyhow::Result<ExitStatus> {
-    let (plan, digest) = Plan::read(dir).map_err(|e| anyhow!(e))?;
+    let (plan, digest) = WorkPlan::read(dir).map_err(|e| anyhow!(e))?;
     if json {
         out!(printer, "{}", serde_json::to_string_pretty(&plan)?);
         return Ok(ExitStatus::Success);
@@ -93,7 +93,7 @@ pub async fn inspect_plan(dir: &Path, json: bool, printer: Printer) -> anyhow::R
     Ok(ExitStatus::Success)
 }
 
-fn print_summary(plan: &Plan, dir: &Path, printer: Printer) {
+fn print_summary(plan: &WorkPlan, dir: &Path, printer: Printer) {
     let t = &plan.totals;
     let pct = |a: u64, b: u64| if b > 0 { 100.0 * a as f64 / b as f64 } else { 0.0 };
     out!(printer, "plan for {}: {}", plan.output, dir.display());

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use super::ExitStatus;
 use super::args::{JobVars, Runtime, at_least};
 use super::printer::{Printer, out};
-use embedding_pipeline::campaign::memory::mib;
 use embedding_pipeline::model::fit::{MemorySplit, gib};
 use embedding_pipeline::ops::probe::{LAYOUT_ROUNDS, ProbeReport, SAME_SPEED, faster_layout, probe_job};
+use embedding_pipeline::process::memory::mib;
 
 /// `pipeline probe`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -19,7 +19,7 @@ pub struct ProbeArgs {
     vars: JobVars,
     /// Most memory the process may use, e.g. 8GiB or 900MB (default: 90% of the available memory,
     /// plus what the loaded model holds).
-    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::campaign::memory::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::process::memory::parse_size)]
     memory_budget: Option<u64>,
     /// Largest embed.batch_tokens tried.
     #[arg(long, default_value_t = 262_144, value_parser = at_least::<512>)]

@@ -19,7 +19,7 @@ use embedding_pipeline::campaign::DeviceInfo;
 use embedding_pipeline::campaign::metrics::{HostShare, usable_cores};
 use embedding_pipeline::model::EmbedStats;
 use embedding_pipeline::ops::run::{ModelNote, RunReport, WriteProgress};
-use embedding_pipeline::ops::{PlanChoice, Reporter, RunSettings};
+use embedding_pipeline::ops::{Reporter, RunOptions, WorkPlanChoice};
 
 /// `pipeline run`'s arguments. Its job files and `-c` statements arrive apart, in the order given (see
 /// [`super::parse`]).
@@ -56,9 +56,9 @@ pub async fn run(args: RunArgs, inputs: &[Input], printer: Printer) -> anyhow::R
     args.runtime.apply();
     stop_on_signals(StopSays::Committing, printer);
     let plans = match (args.plan, args.no_plan) {
-        (Some(dir), _) => PlanChoice::Dir(dir),
-        (None, true) => PlanChoice::Off,
-        (None, false) => PlanChoice::Beside,
+        (Some(dir), _) => WorkPlanChoice::Dir(dir),
+        (None, true) => WorkPlanChoice::Off,
+        (None, false) => WorkPlanChoice::Beside,
     };
     if inputs.is_empty() {
         anyhow::bail!("give a job file, - for a job on standard input, or -c 'SQL'");
@@ -79,7 +79,7 @@ pub async fn run(args: RunArgs, inputs: &[Input], printer: Printer) -> anyhow::R
 /// How `pipeline run` and `pipeline sql` run a job and show it.
 #[derive(Debug, Clone)]
 pub struct CommandSettings {
-    pub job: RunSettings,
+    pub job: RunOptions,
     /// How query results print.
     pub style: ResultStyle,
     /// The command's printer, its notes where `--format` puts them.
@@ -92,7 +92,7 @@ pub fn job(
     settings: JobSettings,
     output: Output,
     restart: bool,
-    plans: PlanChoice,
+    plans: WorkPlanChoice,
     printer: Printer,
 ) -> anyhow::Result<(Vec<JobStatement>, CommandSettings)> {
     let vars = settings.vars.parse()?;
@@ -103,7 +103,7 @@ pub fn job(
         err!(printer, "warning: --var {} is not used by the job (no ${{…}} names it)", unused.join(", --var "));
     }
     let style = ResultStyle { format: output.format, max_rows: output.maxrows };
-    let job = RunSettings {
+    let job = RunOptions {
         restart,
         device: settings.device,
         plans,

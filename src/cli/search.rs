@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use super::ExitStatus;
 use super::args::{MetricArg, Runtime};
 use super::printer::{Printer, out};
-use embedding_pipeline::lance::search::{SearchRequest, nearest};
+use embedding_pipeline::ops::search::{SearchOptions, nearest};
 
 /// What to search and how (the arguments of `pipeline search`).
 #[derive(clap::Args, Debug)]
@@ -50,7 +50,7 @@ pub struct SearchArgs {
     pub exact: bool,
     /// Where the index serves the search, re-rank this many times k of its candidates by their stored vectors:
     /// exact distances, and the recall PQ's approximation loses (1: the index's order and distances alone).
-    #[arg(long, value_name = "FACTOR", default_value_t = embedding_pipeline::lance::search::DEFAULT_REFINE,
+    #[arg(long, value_name = "FACTOR", default_value_t = embedding_pipeline::ops::search::DEFAULT_REFINE,
           value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "exact")]
     pub refine: u32,
     /// Embed the query with this prompt of the model (e5-style `query`, where the documents were embedded
@@ -63,8 +63,8 @@ pub struct SearchArgs {
 
 impl SearchArgs {
     /// The search these arguments ask for.
-    pub fn request(&self) -> SearchRequest {
-        SearchRequest {
+    pub fn request(&self) -> SearchOptions {
+        SearchOptions {
             dataset: self.dataset.clone(),
             query: self.query.clone(),
             k: self.k,

@@ -19,9 +19,9 @@ use super::job_input::{Input, JobStatement};
 use super::printer::{Printer, err, out};
 use super::run::{CommandSettings, JobDisplay, job};
 use super::signals::{StopSays, at_prompt, remember_terminal, stop_on_signals};
-use embedding_pipeline::campaign::interrupt;
 use embedding_pipeline::ops::run::{job_session, run_labelled};
 use embedding_pipeline::ops::script::{ends_statement, split_statements};
+use embedding_pipeline::process::interrupt;
 use embedding_pipeline::session::EmbedSession;
 
 const PROMPT: &str = "pipeline> ";
@@ -47,7 +47,7 @@ pub async fn run(args: SqlArgs, printer: Printer) -> anyhow::Result<ExitStatus> 
     runtime.apply();
     let inputs: Vec<_> = files.into_iter().map(Input::from_arg).collect();
     let (setup, settings) =
-        job(&inputs, settings, output, false, embedding_pipeline::ops::PlanChoice::Beside, printer)?;
+        job(&inputs, settings, output, false, embedding_pipeline::ops::WorkPlanChoice::Beside, printer)?;
     // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
     stop_on_signals(StopSays::Committing, printer);
     let session = job_session(&settings.job).await?;

@@ -69,7 +69,7 @@ pub fn stop_on_signals(says: StopSays, printer: Printer) {
                     unsafe { libc::_exit(143) }
                 }
                 // The first since the last stop was honoured (pipeline sql clears it after each statement).
-                if !embedding_pipeline::campaign::interrupt::stop_requested() {
+                if !embedding_pipeline::process::interrupt::stop_requested() {
                     match says {
                         StopSays::Committing => err!(
                             printer,
@@ -77,7 +77,7 @@ pub fn stop_on_signals(says: StopSays, printer: Printer) {
                         ),
                         StopSays::NothingToCommit => err!(printer, "stopping (press ctrl-C again to exit at once)"),
                     }
-                    embedding_pipeline::campaign::interrupt::request_stop();
+                    embedding_pipeline::process::interrupt::request_stop();
                     asked = Some(std::time::Instant::now());
                 } else if asked.is_some_and(|t| t.elapsed() < SAME_STOP) {
                     continue;

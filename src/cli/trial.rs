@@ -26,25 +26,25 @@ pub struct TrialArgs {
     runtime: Runtime,
 }
 
-/// What `pipeline trial` is asked beside its job: the library's [`embedding_pipeline::ops::trial::TrialArgs`].
+/// What `pipeline trial` is asked beside its job: the library's [`embedding_pipeline::ops::trial::TrialOptions`].
 #[derive(Debug, Clone, clap::Args)]
 pub struct TrialFlags {
     /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
-    #[arg(long, default_value_t = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_MINUTES, conflicts_with = "sample")]
+    #[arg(long, default_value_t = embedding_pipeline::ops::trial::TrialOptions::DEFAULT_MINUTES, conflicts_with = "sample")]
     minutes: f64,
     /// About this many rows in the sample, instead of --minutes (every 2^k-th row of each length
     /// stratum, k chosen to come nearest).
     #[arg(long, value_parser = at_least::<1>)]
     sample: Option<u64>,
     /// Where the trial is saved; the sample's vectors go beside it (trial.json: trial.lance).
-    #[arg(long, default_value = embedding_pipeline::ops::trial::TrialArgs::DEFAULT_SAVE)]
+    #[arg(long, default_value = embedding_pipeline::ops::trial::TrialOptions::DEFAULT_SAVE)]
     save: PathBuf,
     /// A dataset (a reference run's output, or another trial's vectors) to compare the sample's
     /// vectors with, by id: they match at minimum cosine >= 0.9999. Exits 1 when they do not.
     #[arg(long, value_name = "DATASET")]
     reference: Option<String>,
     /// Memory budget for the probe, e.g. 8GiB (as pipeline probe).
-    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::campaign::memory::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = embedding_pipeline::process::memory::parse_size)]
     memory_budget: Option<u64>,
     /// Keep the job's batch settings; do not probe.
     #[arg(long)]
@@ -56,9 +56,9 @@ pub struct TrialFlags {
 
 impl TrialFlags {
     /// The library's arguments: these, for the job `file` with its variables.
-    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::trial::TrialArgs> {
+    fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::trial::TrialOptions> {
         let Self { minutes, sample, save, reference, memory_budget, no_probe, name } = self;
-        Ok(embedding_pipeline::ops::trial::TrialArgs {
+        Ok(embedding_pipeline::ops::trial::TrialOptions {
             file,
             vars: vars.parse()?,
             minutes,

@@ -10,8 +10,8 @@ use super::args::{Columns, JobVars, Runtime};
 use super::printer::{Printer, err, out, out_text};
 use super::signals::{StopSays, stop_on_signals};
 use embedding_pipeline::campaign::DeviceInfo;
-use embedding_pipeline::lance::compare::examples;
 use embedding_pipeline::ops::Reporter;
+use embedding_pipeline::ops::compare::examples;
 use embedding_pipeline::ops::verify::{SampleFindings, VerifyReport, save, verify};
 
 /// `pipeline verify`'s arguments.
@@ -25,13 +25,13 @@ pub struct VerifyArgs {
     #[command(flatten)]
     vars: JobVars,
     /// Rows of the corpus to embed again (with --job; 0: none).
-    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_SAMPLE)]
+    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyOptions::DEFAULT_SAMPLE)]
     sample: u64,
     /// The sample's seed: the same seed draws the same rows.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Smallest acceptable cosine between a stored vector and its re-embedding.
-    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyArgs::DEFAULT_MIN_COSINE)]
+    #[arg(long, default_value_t = embedding_pipeline::ops::verify::VerifyOptions::DEFAULT_MIN_COSINE)]
     min_cosine: f64,
     /// The model directory, where the run records do not name it.
     #[arg(long, value_name = "DIR")]
@@ -66,7 +66,7 @@ impl Reporter for Stages {
 pub async fn run(args: VerifyArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     let VerifyArgs { dataset, job, vars, sample, seed, min_cosine, model, device, columns, json, runtime } = args;
     runtime.apply();
-    let args = embedding_pipeline::ops::verify::VerifyArgs {
+    let args = embedding_pipeline::ops::verify::VerifyOptions {
         dataset,
         job,
         vars: vars.parse()?,
@@ -82,9 +82,9 @@ pub async fn run(args: VerifyArgs, printer: Printer) -> anyhow::Result<ExitStatu
     let stages = Stages { printer };
     let result = tokio::select! {
         r = verify(&args, &stages) => r.map_err(anyhow::Error::from),
-        () = embedding_pipeline::campaign::interrupt::stopped() => Err(anyhow!("stopped")),
+        () = embedding_pipeline::process::interrupt::stopped() => Err(anyhow!("stopped")),
     };
-    if embedding_pipeline::campaign::interrupt::stop_requested() {
+    if embedding_pipeline::process::interrupt::stop_requested() {
         let stopped = anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset);
         return Ok(ExitStatus::Stopped.with_error(printer, stopped));
     }

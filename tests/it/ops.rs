@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::{Int64Type, SchemaRef};
 use embedding_pipeline::Error;
 use embedding_pipeline::ops::plan::{UnitSize, plan_job};
 use embedding_pipeline::ops::script::JobStatement;
-use embedding_pipeline::ops::{PlanChoice, Reporter, RunSettings, Silent, WriteProgress, run_job};
+use embedding_pipeline::ops::{Reporter, RunOptions, Silent, WorkPlanChoice, WriteProgress, run_job};
 
 use crate::common::{model_dir, write_jsonl};
 
@@ -118,7 +118,7 @@ async fn a_job_runs_and_resumes_through_the_library_with_a_typed_report() {
     let dir = tmp.path();
     corpus(dir, 40);
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
-    let settings = RunSettings { plans: PlanChoice::Off, ..RunSettings::default() };
+    let settings = RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() };
 
     let first = Recorder::default();
     let report = run_job(&statements, &settings, &first).await.unwrap();
@@ -166,7 +166,7 @@ async fn library_errors_are_typed_and_name_the_statement() {
     let dir = tmp.path();
     write_jsonl(&dir.join("docs.jsonl"), &[("a", Some("one")), ("b", Some("two")), ("a", Some("three"))]);
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
-    let err = run_job(&statements, &RunSettings::default(), &Silent).await.unwrap_err();
+    let err = run_job(&statements, &RunOptions::default(), &Silent).await.unwrap_err();
     let Error::Statement { message, cause } = &err else { panic!("not a statement's error: {err:?}") };
     assert!(message.starts_with("job.sql: statement 3 (line 3) failed: "), "{message}");
     assert!(message.contains("1 ids occur more than once (first: a)"), "{message}");
@@ -175,13 +175,13 @@ async fn library_errors_are_typed_and_name_the_statement() {
 
     // A statement that does not parse is refused before any runs.
     let bad = JobStatement::all_of("bad.sql", &format!("{}SELEC 1;\n", job(dir))).unwrap();
-    let err = run_job(&bad, &RunSettings::default(), &Silent).await.unwrap_err();
+    let err = run_job(&bad, &RunOptions::default(), &Silent).await.unwrap_err();
     assert!(
         matches!(&err, Error::Refused(m) if m.starts_with("bad.sql: statement 6 (line 6) does not parse, so nothing was run")),
         "{err:?}"
     );
     // A setting that is not one, before the first statement.
-    let settings = RunSettings { sets: vec![("embed.nonsense".into(), "1".into())], ..RunSettings::default() };
+    let settings = RunOptions { sets: vec![("embed.nonsense".into(), "1".into())], ..RunOptions::default() };
     let err = run_job(&statements, &settings, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("--set embed.nonsense=1: ")), "{err:?}");
 }
@@ -204,7 +204,7 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
     // The run finds the plan beside its output, executes it, and embeds exactly the tokens it counted.
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
     let recorder = Recorder::default();
-    let report = run_job(&statements, &RunSettings::default(), &recorder).await.unwrap();
+    let report = run_job(&statements, &RunOptions::default(), &recorder).await.unwrap();
     assert_eq!(report.embedded.useful_tokens, t.useful_tokens);
     assert_eq!(report.writes.iter().map(|w| w.rows).sum::<u64>(), 60);
     let notes = recorder.notes();
@@ -264,13 +264,13 @@ async fn a_job_is_probed_through_the_library_into_a_typed_report() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trial_costed_and_a_lineage_read_through_the_library() {
     use embedding_pipeline::ops::cost::cost_trials;
-    use embedding_pipeline::ops::trial::{TrialArgs, TrialReport, run_trial};
+    use embedding_pipeline::ops::trial::{TrialOptions, TrialReport, run_trial};
     let (tmp, file) = job_folder(60);
     let dir = tmp.path();
 
     // A trial of 30 rows at the job's own batch setting: a plan made for it, the sample embedded, a prediction.
     let save = dir.join("trials/cpu.json");
-    let args = TrialArgs {
+    let args = TrialOptions {
         file: file.clone(),
         vars: BTreeMap::new(),
         minutes: 1.0,
@@ -310,7 +310,7 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
 
     // The lineage of a run's output: the model directory, then the vectors, each link verified.
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
-    run_job(&statements, &RunSettings { plans: PlanChoice::Off, ..RunSettings::default() }, &Silent).await.unwrap();
+    run_job(&statements, &RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() }, &Silent).await.unwrap();
     let out = dir.join("out.lance").display().to_string();
     let lineage = embedding_pipeline::ops::lineage::report(&out, true).await.unwrap();
     assert_eq!(lineage.version, 1);
@@ -326,13 +326,13 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dataset_verified_checked_and_reported_through_the_library() {
     use embedding_pipeline::ops::checks::{SampleSource, check_invariance, compare_order};
-    use embedding_pipeline::ops::evaluate::{EvaluateArgs, evaluate};
-    use embedding_pipeline::ops::verify::{VerifyArgs, last_verify, save, verify};
+    use embedding_pipeline::ops::evaluate::{EvaluateOptions, evaluate};
+    use embedding_pipeline::ops::verify::{VerifyOptions, last_verify, save, verify};
 
     let (tmp, file) = job_folder(40);
     let dir = tmp.path();
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
-    run_job(&statements, &RunSettings { plans: PlanChoice::Off, ..RunSettings::default() }, &Silent).await.unwrap();
+    run_job(&statements, &RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() }, &Silent).await.unwrap();
     let out = dir.join("out.lance").display().to_string();
 
     // Texts embedded directly: the same vectors as the dataset's, under the same fingerprint.
@@ -346,7 +346,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("no texts")), "{err:?}");
 
     // The job as a template, its folder given as a variable (`--var`).
-    let args = VerifyArgs {
+    let args = VerifyOptions {
         dataset: out.clone(),
         job: Some(templated_job(dir)),
         vars: dir_var(dir),
@@ -374,10 +374,10 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert!(saved.display().to_string().ends_with("out.lance.verify.json"), "{}", saved.display());
     assert_eq!(last_verify(&out, report.version).map(|r| r.verdict), Some("sound".into()));
     // Variables with no job to give them to are refused, typed.
-    let err = verify(&VerifyArgs { job: None, ..args.clone() }, &Silent).await.unwrap_err();
+    let err = verify(&VerifyOptions { job: None, ..args.clone() }, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.contains("no job to give them to")), "{err:?}");
     // A dataset with no such id column is refused, typed, before any work.
-    let err = verify(&VerifyArgs { id_column: Some("nope".into()), ..args.clone() }, &Silent).await.unwrap_err();
+    let err = verify(&VerifyOptions { id_column: Some("nope".into()), ..args.clone() }, &Silent).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.contains("has no id column `nope`")), "{err:?}");
 
     // The model checks on the job's corpus.
@@ -402,7 +402,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     assert!(err.chain_text().contains("nowhere"), "{err:?}");
 
     // Evaluate's overlap of a dataset with itself: the same neighbours.
-    let args = EvaluateArgs {
+    let args = EvaluateOptions {
         datasets: vec![out.clone(), out.clone()],
         judgements: None,
         ks: vec![10],
@@ -417,7 +417,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
     let o = evaluate(&args).await.unwrap().overlap.unwrap();
     assert_eq!((o.k, o.sampled, o.mean, o.min), (5, 8, 1.0, 1.0));
     // Nothing asked (no judgements, no overlap) is a refusal.
-    let err = evaluate(&EvaluateArgs { datasets: vec![out.clone()], overlap: None, ..args }).await.unwrap_err();
+    let err = evaluate(&EvaluateOptions { datasets: vec![out.clone()], overlap: None, ..args }).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("nothing to evaluate")), "{err:?}");
 
     // The page: the commit, the lineage and the verify result just saved.
@@ -434,14 +434,14 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_through_the_library_takes_the_write_lock() {
     use embedding_pipeline::lance::lock::{Holder, WriteLock};
-    use embedding_pipeline::lance::maintain::{self, IndexKind, IndexRequest};
+    use embedding_pipeline::ops::maintain::{self, IndexKind, IndexOptions};
 
     let (tmp, _) = job_folder(300);
     let dir = tmp.path();
     let statements = JobStatement::all_of("job.sql", &job(dir)).unwrap();
-    run_job(&statements, &RunSettings { plans: PlanChoice::Off, ..RunSettings::default() }, &Silent).await.unwrap();
+    run_job(&statements, &RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() }, &Silent).await.unwrap();
     let out = dir.join("out.lance").display().to_string();
-    let request = IndexRequest {
+    let request = IndexOptions {
         column: "embedding".into(),
         kind: IndexKind::IvfPq,
         metric: embedding_pipeline::lance::Metric::Cosine,

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use embedding_pipeline::ops::run::run_labelled;
 use embedding_pipeline::ops::script::JobStatement;
-use embedding_pipeline::ops::{PlanChoice, Reporter};
+use embedding_pipeline::ops::{Reporter, WorkPlanChoice};
 use embedding_pipeline::{EmbedSession, Error};
 use sqllogictest::{DBOutput, DefaultColumnType};
 
@@ -51,7 +51,7 @@ impl Pipeline {
     async fn run_async(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, Error> {
         let collected = Collected::default();
         for s in JobStatement::all_of("", sql).map_err(Error::Refused)? {
-            run_labelled(&self.session, &s, &PlanChoice::Beside, &mut self.json_sources, &collected).await?;
+            run_labelled(&self.session, &s, &WorkPlanChoice::Beside, &mut self.json_sources, &collected).await?;
         }
         let Some(schema) = collected.schema.into_inner().unwrap() else { return Ok(DBOutput::StatementComplete(0)) };
         let types = schema.fields().iter().map(|f| column_type(f.data_type())).collect();

@@ -1,19 +1,25 @@
 //! embedding-pipeline: embedding campaigns over text corpora with SQL, into versioned Lance datasets.
 //!
 //! The crate is laid out by the outside library each part talks to:
-//! - [`campaign`]: the fingerprint that makes vectors comparable, per-run records, what a session has done so far
-//!   ([`campaign::metrics`]) and the process's memory ([`campaign::memory`]).
+//! - [`campaign`]: the fingerprint that makes vectors comparable, per-run records, the work plan, and what a session
+//!   has done so far ([`campaign::metrics`]).
+//! - [`process`]: the request to stop (ctrl-C, SIGTERM) and the process's memory.
+//! - [`search`]: a dataset's nearest rows to a query embedded under its fingerprint (`pipeline search`,
+//!   `embed_search()`).
+//! - [`uri`]: which locations this build reads and writes (local paths, `s3://`).
 //! - [`model`]: ONNX Runtime (through `ort`) and `tokenizers`; no DataFusion.
 //! - [`udf`]: the `embed(text)` DataFusion function, which talks to the model through [`model::TextEmbedder`].
 //! - [`exec`]: the write path's execution nodes: the length-ordering stage ahead of `embed()`, a plan's work
-//!   list, `embed()` a model call at a time, and the optimizer rule that places them.
-//! - [`lance`]: Lance tables (`STORED AS LANCE`), the streaming Lance sink behind `COPY … STORED AS LANCE`, what
-//!   a dataset records of its history ([`lance::records`]), and search by a query text ([`lance::search`]).
+//!   list, `embed()` a model call at a time, and the optimizer rule that places them; and its planning pieces:
+//!   resume's rule and the done ids it joins against, and the checks every write passes when planned.
+//! - [`lance`]: Lance readers and writers: tables (`STORED AS LANCE`), the streaming sink behind `COPY … STORED AS
+//!   LANCE`, where a write goes, the write lock, and what a dataset records of its history ([`lance::records`]).
 //! - [`session`]: a DataFusion session with all of the above registered, and what it reads through: folders of
 //!   JSON lines ([`session::sources`]) and object stores ([`session::stores`]).
 //! - [`cluster`]: the Ballista scheduler and executor processes, and what crosses between them.
-//! - [`ops`]: the campaign operations (run, plan, probe, trial, cost, lineage, verify, evaluate, the report page,
-//!   the model checks, texts embedded directly) as a library: typed settings in, a typed report out, progress
+//! - [`ops`]: the campaign operations, one per command (run, plan, probe, trial, cost, lineage, verify, evaluate,
+//!   the report page, search, compare, inspect, index and optimize, devices, the model checks, texts embedded
+//!   directly) as a library: typed settings in, a typed report out, progress
 //!   told to a [`ops::Reporter`]; and a job's text split into statements ([`ops::script`]).
 //!
 //! The `pipeline` command (the repository's root crate) parses arguments, calls [`ops`] and prints what they
@@ -30,8 +36,11 @@ pub mod lance;
 pub mod model;
 pub mod ops;
 pub mod options;
+pub mod process;
+pub mod search;
 pub mod session;
 pub mod udf;
+pub mod uri;
 
 pub use error::{Error, Result};
 pub use options::EmbedOptions;

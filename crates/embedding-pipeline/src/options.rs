@@ -254,7 +254,7 @@ impl EmbedOptions {
         if self.memory_budget.trim().is_empty() {
             return Ok(None);
         }
-        crate::campaign::memory::parse_size(&self.memory_budget)
+        crate::process::memory::parse_size(&self.memory_budget)
             .map(Some)
             .map_err(|e| bad("memory_budget", &self.memory_budget, &e))
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::campaign::RunRecord;
-use crate::campaign::plan::PlanInUse;
+use crate::campaign::work_plan::WorkPlanInUse;
 use crate::campaign::{DeviceInfo, EmbedStats};
 
 /// One finished write into a Lance dataset.
@@ -109,7 +109,7 @@ pub struct RunMetrics {
     /// When the first model call of the session began.
     first_call: std::sync::OnceLock<std::time::Instant>,
     /// The plans the writes now running execute, by output URI.
-    plans: Mutex<std::collections::HashMap<String, std::sync::Arc<PlanInUse>>>,
+    plans: Mutex<std::collections::HashMap<String, std::sync::Arc<WorkPlanInUse>>>,
     /// The rows left to write of each write whose ids were checked when planned, by output URI.
     ids_checked: Mutex<std::collections::HashMap<String, u64>>,
     /// The digest of each restarting write now running (see `RunRecord::write_digest`), by output URI.
@@ -209,12 +209,12 @@ impl RunMetrics {
 
     /// Have the writes into `uri` read `plan`'s work list instead of their query's input, until
     /// [`Self::forget_plan`]. Its checks against the job are the caller's.
-    pub fn use_plan(&self, uri: &str, plan: std::sync::Arc<PlanInUse>) {
+    pub fn use_plan(&self, uri: &str, plan: std::sync::Arc<WorkPlanInUse>) {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).insert(uri.to_string(), plan);
     }
 
     /// The plan the writes into `uri` execute, if any.
-    pub fn plan_for(&self, uri: &str) -> Option<std::sync::Arc<PlanInUse>> {
+    pub fn plan_for(&self, uri: &str) -> Option<std::sync::Arc<WorkPlanInUse>> {
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).get(uri).cloned()
     }
 

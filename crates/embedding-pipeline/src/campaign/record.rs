@@ -65,7 +65,7 @@ pub struct RunRecord {
     pub previous_device: Option<DeviceInfo>,
     /// The plan the write executed (`pipeline plan`), and the units done after this commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<super::plan::PlanRecord>,
+    pub plan: Option<super::work_plan::PlanRecord>,
     /// The model directory the vectors were made with, as an absolute path (for `pipeline lineage
     /// --verify`; absent in records written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]

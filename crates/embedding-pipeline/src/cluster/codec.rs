@@ -25,7 +25,7 @@ use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use super::write::{ClusterWriteNode, FragmentWriteExec, TaskPlace, WriteSpec};
 use crate::campaign::Fingerprint;
 use crate::campaign::metrics::RunMetrics;
-use crate::lance::resume::{ExistingIds, ExistingIdsExec};
+use crate::exec::existing_ids::{ExistingIds, ExistingIdsExec};
 use crate::options::EmbedOptions;
 use crate::udf::EmbedUdf;
 use crate::udf::embed::HostOptions;

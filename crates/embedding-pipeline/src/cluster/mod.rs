@@ -22,7 +22,7 @@ use datafusion::prelude::SessionConfig;
 
 pub use access::ClusterKeys;
 pub use codec::{EmbedLogicalCodec, EmbedPhysicalCodec};
-pub use process::{ExecutorSettings, executor_id_layer, run_executor, run_scheduler};
+pub use process::{ExecutorOptions, executor_id_layer, run_executor, run_scheduler};
 
 use crate::options::{EmbedConfig, EmbedOptions};
 

@@ -132,7 +132,7 @@ pub const HEARTBEAT_SECONDS: u64 = 5;
 
 /// How `pipeline executor` runs.
 #[derive(Debug, Clone)]
-pub struct ExecutorSettings {
+pub struct ExecutorOptions {
     /// The scheduler's `HOST:PORT`.
     pub scheduler: String,
     /// Where the executor serves its results (Arrow Flight).
@@ -151,7 +151,7 @@ pub struct ExecutorSettings {
 
 /// Run an executor until the process is stopped (SIGTERM or ctrl-C; the scheduler then runs its tasks elsewhere).
 /// `started` is told, in a line, what it serves once it is set up.
-pub async fn run_executor(settings: ExecutorSettings, started: impl FnOnce(&str)) -> Result<()> {
+pub async fn run_executor(settings: ExecutorOptions, started: impl FnOnce(&str)) -> Result<()> {
     let (scheduler_host, scheduler_port) = settings
         .scheduler
         .rsplit_once(':')

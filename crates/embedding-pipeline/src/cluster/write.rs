@@ -43,10 +43,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::campaign::metrics::{RunMetrics, WriteReport};
 use crate::campaign::{EmbedStats, ExecutorShare, FINGERPRINT_KEY, RUN_RECORD_KEY, RunRecord};
+use crate::exec::existing_ids::resume_refusal;
+use crate::exec::resume::without_done_ids;
 use crate::lance::lance_err;
 use crate::lance::lock::{Holder, WriteLock};
-use crate::lance::resume::{WriteTarget, open_existing, resume_refusal, without_done_ids};
 use crate::lance::sink::{ExistingOutput, check_existing, check_output_location, fingerprint_of_columns};
+use crate::lance::target::{WriteTarget, open_existing};
 use crate::options::EmbedOptions;
 
 /// What a distributed write writes: the dataset, how, and the fingerprint its schema carries.
@@ -309,7 +311,7 @@ async fn write_partition(
     let (rows, stats) = counted.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let device = if stats.docs + stats.nulls > 0 { place.process.device() } else { None };
     let mut record = RunRecord::new(&stats, rows, started.elapsed().as_secs_f64(), write_seconds, device);
-    record.peak_memory_bytes = crate::campaign::memory::peak().unwrap_or(0);
+    record.peak_memory_bytes = crate::process::memory::peak().unwrap_or(0);
     let record = serde_json::to_string(&record).map_err(|e| exec_datafusion_err!("task record: {e}"))?;
     Ok(RecordBatch::try_new(
         task_schema(),
@@ -535,7 +537,7 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
         _ => input,
     };
     // The ids the tasks would write are checked here, before any task runs, as a local write's planning does.
-    crate::lance::guard::check_write_ids(&session.local_state(), &input, &options.id_column).await?;
+    crate::exec::guard::check_write_ids(&session.local_state(), &input, &options.id_column).await?;
     let spec = WriteSpec { uri: uri.to_string(), append, fingerprint: fingerprint.as_ref().map(|f| f.to_json()) };
     let started = Instant::now();
     let job = async { ctx.execute_logical_plan(write_plan(input, spec)?).await?.collect().await };
@@ -544,7 +546,7 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
             "the cluster's job failed, so nothing was committed and {uri} is as it was (its tasks' files are used by no \
              version); run the job again to embed what is missing, once the cause below is mended:\n{e}"
         )))?,
-        _ = crate::campaign::interrupt::stopped() => {
+        _ = crate::process::interrupt::stopped() => {
             return Err(crate::Error::Cluster(format!(
                 "stopped: nothing was committed, so {uri} is as it was; the cluster may finish the job's tasks, whose \
                  files no version uses (run the job again to embed what is missing)"

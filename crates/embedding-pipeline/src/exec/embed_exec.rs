@@ -31,10 +31,10 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::{StreamExt, TryStreamExt};
 
 use super::length_order::TOKENS;
-use crate::campaign::interrupt;
 use crate::campaign::metrics::RunMetrics;
 use crate::model::CallSettings;
 use crate::model::tokenize::Tokenized;
+use crate::process::interrupt;
 use crate::udf::embed::{GivenTokens, counting_calls, with_tokens};
 
 /// The write path's `embed()` node; see the module docs.

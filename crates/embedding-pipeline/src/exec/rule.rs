@@ -73,7 +73,7 @@ pub fn chunked_embedding(
     plan: Arc<dyn ExecutionPlan>,
     options: &EmbedOptions,
     metrics: Option<Arc<RunMetrics>>,
-    planned: Option<(Arc<crate::campaign::plan::PlanInUse>, String)>,
+    planned: Option<(Arc<crate::campaign::work_plan::WorkPlanInUse>, String)>,
     one_partition: bool,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let by_length = options.order.eq_ignore_ascii_case("length");

@@ -25,10 +25,10 @@ use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::StreamExt;
 
+use super::existing_ids::id_arrays;
 use super::length_order::{TOKEN_COUNT, longest_first};
 use crate::campaign::metrics::RunMetrics;
-use crate::campaign::plan::{PlanInUse, UNIT_COLUMN, WORK_LIST_FILE};
-use crate::lance::resume::id_arrays;
+use crate::campaign::work_plan::{UNIT_COLUMN, WORK_LIST_FILE, WorkPlanInUse};
 
 /// Rows read from the work list at a time.
 const READ_ROWS: usize = 8192;
@@ -36,7 +36,7 @@ const READ_ROWS: usize = 8192;
 /// Reads a plan's work list; see the module docs.
 #[derive(Debug)]
 pub struct WorkListExec {
-    plan: Arc<PlanInUse>,
+    plan: Arc<WorkPlanInUse>,
     /// The output: the columns of the input it replaces, then [`TOKEN_COUNT`].
     schema: SchemaRef,
     /// The output dataset and its id column, for the ids to skip; `None` under `embed.restart`.
@@ -49,7 +49,7 @@ impl WorkListExec {
     /// Read `plan`'s work list as rows of `input` (the schema of the input it replaces), skipping the ids
     /// of `resume` = (output URI, id column) when given, and telling `run` the rows and tokens passed on.
     pub fn try_new(
-        plan: Arc<PlanInUse>,
+        plan: Arc<WorkPlanInUse>,
         input: &SchemaRef,
         resume: Option<(String, String)>,
         run: Option<Arc<RunMetrics>>,
@@ -121,7 +121,7 @@ impl ExecutionPlan for WorkListExec {
 
 /// One execution's reading.
 struct Reader {
-    plan: Arc<PlanInUse>,
+    plan: Arc<WorkPlanInUse>,
     schema: SchemaRef,
     resume: Option<(String, String)>,
     run: Option<Arc<RunMetrics>>,

@@ -94,7 +94,7 @@ impl WriteLock {
 /// the lock of an `s3://` dataset is a file named by the URI's digest in the install home, so it keeps
 /// runs on one machine apart, and no more (see the README on object stores).
 pub fn lock_path(uri: &str) -> PathBuf {
-    if !crate::session::stores::is_local(uri) {
+    if !crate::uri::is_local(uri) {
         let home = crate::model::runtime::install_home().unwrap_or_else(std::env::temp_dir);
         let digest = crate::campaign::digest::hex_sha256(uri.trim_end_matches('/').as_bytes());
         return home.join("locks").join(format!("{}.lock", &digest[..16]));

@@ -1,17 +1,12 @@
 //! Lance: reading datasets as SQL tables (`CREATE EXTERNAL TABLE … STORED AS LANCE`), and the
 //! streaming sink behind `COPY … STORED AS LANCE` and `INSERT INTO` a Lance table.
 
-pub mod compare;
 pub mod format;
-pub mod guard;
-pub mod inspect;
 pub mod lock;
-pub mod maintain;
 pub mod records;
-pub mod resume;
-pub mod search;
 pub mod sink;
 pub mod table;
+pub mod target;
 pub mod verify;
 
 pub use format::LanceFormatFactory;
@@ -119,11 +114,11 @@ pub async fn open_dataset(location: &str) -> crate::Result<lance::Dataset> {
     };
     let uri = dataset_uri(path);
     let refuse = |message: String| crate::Error::lance(location, message);
-    if !crate::session::stores::is_supported(&uri) {
+    if !crate::uri::is_supported(&uri) {
         let scheme = uri.split_once("://").map(|(s, _)| s).unwrap_or_default();
         return Err(refuse(format!("{scheme}:// locations are not supported; this build reads local paths and s3://")));
     }
-    if crate::session::stores::is_local(&uri) && std::path::Path::new(&uri).is_file() {
+    if crate::uri::is_local(&uri) && std::path::Path::new(&uri).is_file() {
         return Err(refuse("is a file; a Lance dataset is a directory (one holding _versions)".into()));
     }
     let mut builder = DatasetBuilder::from_uri(&uri);

@@ -32,9 +32,10 @@ use lance::dataset::{CommitBuilder, InsertBuilder, WriteMode, WriteParams};
 use super::lock::{Holder, WriteLock};
 use super::records::fingerprint_of_dataset;
 use crate::campaign::metrics::{RunMetrics, WriteReport, batch_bytes};
-use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord, interrupt};
+use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord};
 use crate::error::Error;
 use crate::options::EmbedOptions;
+use crate::process::interrupt;
 
 /// Writes a query's output into a Lance dataset, creating it or appending a new version.
 #[derive(Debug)]
@@ -77,7 +78,7 @@ impl LanceSink {
         // An output named by a link to a folder not made yet (a bigger disk, say): Lance would try to make the
         // link's own path, and fail with "File exists". The folder it points to is made instead.
         if existing.is_none()
-            && crate::session::stores::is_local(&self.uri)
+            && crate::uri::is_local(&self.uri)
             && let Some(target) = dangling_link(std::path::Path::new(&self.uri))
         {
             std::fs::create_dir(&target).map_err(|e| {
@@ -403,7 +404,7 @@ impl Committer<'_> {
         // A restart's digest is noted for it, and for a run that resumes it (which goes on with the same restart).
         record.write_digest = self.sink.metrics.write_digest(&self.sink.uri);
         record.restarted = self.restarted || record.write_digest.is_some();
-        record.peak_memory_bytes = crate::campaign::memory::peak().unwrap_or(0);
+        record.peak_memory_bytes = crate::process::memory::peak().unwrap_or(0);
         record.plan = self.sink.metrics.plan_for(&self.sink.uri).map(|p| p.committed(rows as u64));
         // NOTE: CommitBuilder::with_transaction_properties is never applied by lance 14.0.2's execute();
         // the properties must sit on the transaction itself.
@@ -446,7 +447,7 @@ fn dangling_link(path: &std::path::Path) -> Option<std::path::PathBuf> {
 pub(crate) fn check_output_location(uri: &str) -> Result<()> {
     let refuse = |message: String| Err(Error::lance(uri, message).into());
     if let Some((scheme, _)) = uri.split_once("://") {
-        if crate::session::stores::is_supported(uri) {
+        if crate::uri::is_supported(uri) {
             return Ok(());
         }
         // Checked before anything touches the disk: a gs:// path must not become a local ./gs: directory.

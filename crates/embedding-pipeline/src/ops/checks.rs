@@ -18,8 +18,8 @@ use serde::Serialize;
 
 use super::plan::{JobWrites, load_job};
 use crate::campaign::Fingerprint;
-use crate::lance::compare::cosine_and_max_diff;
 use crate::model::TextEmbedder;
+use crate::ops::compare::cosine_and_max_diff;
 use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 use crate::{Error, Result};

@@ -23,7 +23,7 @@ impl Embeddings {
 }
 
 /// Embed `texts` under `options` (its model directory, device and settings); refused with no texts. A stop
-/// asked for ([`crate::campaign::interrupt`]) ends it before its next model call, with [`Error::Stopped`].
+/// asked for ([`crate::process::interrupt`]) ends it before its next model call, with [`Error::Stopped`].
 pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions) -> Result<Embeddings> {
     if texts.is_empty() {
         return Err(Error::Refused("no texts to embed".into()));
@@ -33,7 +33,7 @@ pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions) -> Result<E
     let embedded = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         // A stop asked for (ctrl-C in a program) ends it before its next model call.
-        embedder.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::campaign::interrupt::stop_requested)
+        embedder.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::process::interrupt::stop_requested)
     })
     .await??;
     Ok(Embeddings { fingerprint, vectors: embedded.vectors })

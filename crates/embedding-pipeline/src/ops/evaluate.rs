@@ -30,7 +30,7 @@ pub const CUTOFF: usize = 10;
 
 /// What to evaluate, and how.
 #[derive(Debug, Clone)]
-pub struct EvaluateArgs {
+pub struct EvaluateOptions {
     /// Lance datasets: `path`, `path@version` or `path@tag`.
     pub datasets: Vec<String>,
     /// The judged queries, as queries and relevance judgements or as (query, id) pairs.
@@ -195,7 +195,7 @@ fn field(v: &serde_json::Value, names: &[&str]) -> Option<String> {
 }
 
 /// Score each dataset on the judged queries, and compare the neighbourhoods of two when asked.
-pub async fn evaluate(args: &EvaluateArgs) -> Result<EvaluateReport> {
+pub async fn evaluate(args: &EvaluateOptions) -> Result<EvaluateReport> {
     if args.datasets.is_empty() {
         return Err(Error::Refused("name at least one dataset".into()));
     }
@@ -256,7 +256,7 @@ pub async fn evaluate(args: &EvaluateArgs) -> Result<EvaluateReport> {
 
 /// Embed the judged queries under the dataset's fingerprint, rank its vectors for each, and score the rankings.
 async fn score_dataset(
-    args: &EvaluateArgs,
+    args: &EvaluateOptions,
     dataset: &str,
     j: &Judgements,
     judged: &[&(String, String)],
@@ -269,7 +269,7 @@ async fn score_dataset(
         Error::Refused(format!("{dataset}: the dataset holds no fingerprint (it was not written by embed()), so its queries cannot be embedded as its vectors were"))
     })?;
     let (embedder, settings) =
-        crate::lance::search::query_model(&ds, &fp, dataset, args.model.as_deref(), args.query_prompt.as_deref())
+        crate::search::query_model(&ds, &fp, dataset, args.model.as_deref(), args.query_prompt.as_deref())
             .await
             .map_err(|e| e.context(format!("cannot evaluate {dataset}")))?;
     let texts: Vec<String> = judged.iter().map(|(_, t)| t.clone()).collect();
@@ -468,7 +468,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The neighbourhoods of a seeded sample of the first dataset's ids, under each representation.
-async fn overlap(args: &EvaluateArgs, k: usize) -> Result<Overlap> {
+async fn overlap(args: &EvaluateOptions, k: usize) -> Result<Overlap> {
     if k == 0 {
         return Err(Error::Refused("--overlap 0: compare at least 1 neighbour".into()));
     }

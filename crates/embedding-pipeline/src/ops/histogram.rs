@@ -80,7 +80,7 @@ pub fn histogram_svg_text(bin_width: u32, bins: &[u64], limit: u64, caption: &st
 }
 
 /// The picture's title: how much of the corpus is past the limit.
-pub fn caption(h: &crate::campaign::plan::Histogram, totals: &crate::campaign::plan::Totals) -> String {
+pub fn caption(h: &crate::campaign::work_plan::Histogram, totals: &crate::campaign::work_plan::Totals) -> String {
     format!(
         "{} of {} texts ({:.1}%) and {:.1}% of their tokens are past the {}-token limit",
         totals.truncated_documents,

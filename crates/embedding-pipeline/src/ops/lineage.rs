@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::campaign::digest::hex_sha256;
 use crate::campaign::fingerprint::sha256_file;
 use crate::campaign::lineage::{self, LINEAGE_FILE, Link};
-use crate::campaign::plan::Plan;
+use crate::campaign::work_plan::WorkPlan;
 use crate::campaign::{Fingerprint, RunRecord};
 use crate::error::Result;
 use crate::lance::open_dataset;
@@ -285,7 +285,7 @@ async fn check_training_data(data: &lineage::TrainingData) -> Check {
 
 async fn check_plan(path: &str, digest: &str) -> Check {
     const LINK: &str = "plan";
-    let (plan, now) = match Plan::read(Path::new(path)) {
+    let (plan, now) = match WorkPlan::read(Path::new(path)) {
         Ok(p) => p,
         Err(e) => return Check::unchecked(LINK, e),
     };
@@ -293,8 +293,8 @@ async fn check_plan(path: &str, digest: &str) -> Check {
         (plan, path.to_string())
     } else {
         // Replaced by a newer plan: `pipeline plan` kept the one this version executed beside it.
-        let kept = crate::campaign::plan::kept_plan_dir(Path::new(path), digest);
-        match Plan::read(&kept) {
+        let kept = crate::campaign::work_plan::kept_plan_dir(Path::new(path), digest);
+        match WorkPlan::read(&kept) {
             Ok((old, d)) if d == digest => (old, kept.display().to_string()),
             _ => return Check::broken(LINK, format!("{path}/plan.json hashes {now}, the run executed {digest}")),
         }

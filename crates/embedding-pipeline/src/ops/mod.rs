@@ -4,7 +4,7 @@
 //!
 //! - [`run`]: a job's statements in order, each write into Lance checked, resumed and followed
 //!   ([`run::run_job`] → [`run::RunReport`]);
-//! - [`plan`]: a job's writes planned on any machine ([`plan::plan_job`] → [`crate::campaign::plan::Plan`]s),
+//! - [`plan`]: a job's writes planned on any machine ([`plan::plan_job`] → [`crate::campaign::work_plan::WorkPlan`]s),
 //!   and the walk over a job's writes the other preparations share ([`plan::JobWrites`]);
 //! - [`probe`]: the batch setting this machine's device affords ([`probe::probe_job`] → [`probe::ProbeReport`]);
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
@@ -25,17 +25,25 @@
 //!   ([`verify::verify`] → [`verify::VerifyReport`], kept beside the dataset by [`verify::save`]);
 //! - [`histogram`] and [`json_lines`]: a plan's picture, and the bad line of a JSON source named;
 //! - [`sample`]: seeded samples of ids, held in bounded memory;
-//! - [`search`]: a search's hits joined to their source rows by id ([`search::join_source`]);
+//! - [`search`]: a dataset's nearest rows to a query embedded under its fingerprint ([`search::nearest`]), and the
+//!   hits joined to their source rows by id ([`search::join_source`]);
+//! - [`compare`]: two datasets' vectors compared by id ([`compare::compare`] → [`compare::CompareReport`]);
+//! - [`inspect`]: what a dataset holds and records ([`inspect::inspect`] → [`inspect::DatasetReport`]);
+//! - [`maintain`]: `pipeline index` and `pipeline optimize`, each leaving a record in the dataset's history
+//!   ([`maintain::index`], [`maintain::optimize`]);
 //! - [`script`]: a job's text split into statements with their lines, all parsed before any runs.
 
 pub mod checks;
+pub mod compare;
 pub mod cost;
 pub mod devices;
 pub mod embed;
 pub mod evaluate;
 pub mod histogram;
+pub mod inspect;
 pub mod json_lines;
 pub mod lineage;
+pub mod maintain;
 pub mod plan;
 pub mod probe;
 pub mod report;
@@ -52,7 +60,7 @@ use std::ops::ControlFlow;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
-pub use run::{PlanChoice, RunReport, RunSettings, WriteProgress, run_job};
+pub use run::{RunOptions, RunReport, WorkPlanChoice, WriteProgress, run_job};
 
 /// What an operation tells its caller while it runs: `pipeline run` prints notes on its output and warnings
 /// on stderr, draws a progress bar on a terminal and prints query results; a program may show them its own

@@ -24,15 +24,15 @@ use futures::StreamExt;
 
 use crate::campaign::Fingerprint;
 use crate::campaign::metrics::RunMetrics;
-use crate::campaign::plan::{
-    HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, Plan, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN,
-    UnitCutter, WORK_LIST_FILE,
+use crate::campaign::work_plan::{
+    HISTOGRAM_FILE, Histogram, LanceSnapshot, PLAN_FILE, SourceFile, SourceSnapshot, Totals, UNIT_COLUMN, UnitCutter,
+    WORK_LIST_FILE, WorkPlan,
 };
 use crate::error::{Error, Result};
 use crate::exec::TokenCountExec;
 use crate::exec::length_order::{DROPPED_TOKENS, TOKEN_COUNT, longest_first};
-use crate::lance::resume::{WriteTarget, dataset_exists, write_target};
 use crate::lance::sink::fingerprint_of_columns;
+use crate::lance::target::{WriteTarget, dataset_exists, write_target};
 use crate::lance::{LanceTable, dataset_uri};
 use crate::model::{CallSettings, TruncationSide};
 use crate::ops::script::{Statement, parse_all};
@@ -52,7 +52,11 @@ pub enum UnitSize {
 }
 
 /// Plan every write into Lance of the job file: each plan, and the directory it was written to.
-pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSize) -> Result<Vec<(Plan, PathBuf)>> {
+pub async fn plan_job(
+    file: &Path,
+    vars: &BTreeMap<String, String>,
+    size: UnitSize,
+) -> Result<Vec<(WorkPlan, PathBuf)>> {
     plan_job_for(file, vars, size, None).await
 }
 
@@ -63,7 +67,7 @@ pub async fn plan_job_for(
     vars: &BTreeMap<String, String>,
     size: UnitSize,
     device: Option<&str>,
-) -> Result<Vec<(Plan, PathBuf)>> {
+) -> Result<Vec<(WorkPlan, PathBuf)>> {
     let (session, statements) = load_job(file, vars)?;
     if let Some(device) = device {
         set_option(&session, "device", device).await?;
@@ -71,7 +75,7 @@ pub async fn plan_job_for(
     let mut writes = JobWrites::new(file, &session, &statements);
     let mut plans = Vec::new();
     while let Some((stmt, plan, target)) = writes.next().await? {
-        if !crate::session::stores::is_local(&target.uri) {
+        if !crate::uri::is_local(&target.uri) {
             let e = format!(
                 "plans are kept beside a local output, and {} is not one; plan with a local output path, or run \
                  without a plan",
@@ -260,8 +264,8 @@ pub fn plan_dir(output: &str) -> PathBuf {
 }
 
 /// The plan in `dir` when it is this write's (same query, fingerprint and sources unchanged), or `None`.
-pub async fn current_plan(dir: &Path, target: &WriteTarget, options: &EmbedOptions) -> Result<Option<Plan>> {
-    let Ok((plan, _)) = Plan::read(dir) else { return Ok(None) };
+pub async fn current_plan(dir: &Path, target: &WriteTarget, options: &EmbedOptions) -> Result<Option<WorkPlan>> {
+    let Ok((plan, _)) = WorkPlan::read(dir) else { return Ok(None) };
     let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?;
     let same_settings = fingerprint.is_some_and(|f| plan.fingerprint.differences(&f).is_empty());
     if !same_settings
@@ -280,7 +284,7 @@ pub async fn make_plan(
     target: &WriteTarget,
     size: UnitSize,
     dir: &Path,
-) -> Result<(Plan, PathBuf)> {
+) -> Result<(WorkPlan, PathBuf)> {
     let state = session.context().state();
     let options = EmbedOptions::from_config(state.config_options());
     let column = &options.id_column;
@@ -336,7 +340,7 @@ pub async fn make_plan(
         _ => return Err(no_rows(&target.uri, "planned")),
     }
     histogram.finish(&totals);
-    let plan = Plan {
+    let plan = WorkPlan {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         output: target.uri.clone(),
@@ -376,7 +380,7 @@ fn plannable(options: &EmbedOptions, target: &WriteTarget) -> Result<Fingerprint
         )));
     }
     let column = &options.id_column;
-    if let Some(why) = crate::lance::resume::unplannable(&target.input, column)? {
+    if let Some(why) = crate::exec::resume::unplannable(&target.input, column)? {
         return Err(Error::Refused(format!(
             "the write into {} cannot be planned: {why}. Run it without a plan (pipeline run --no-plan), or write \
              each embed() to its own output",
@@ -432,7 +436,7 @@ fn count_batch(
 }
 
 /// Write the plan's file and picture into `staging`, then move it into `dir` in place of an older plan.
-async fn publish(plan: &Plan, staging: &Path, dir: &Path) -> Result<()> {
+async fn publish(plan: &WorkPlan, staging: &Path, dir: &Path) -> Result<()> {
     std::fs::write(staging.join(PLAN_FILE), serde_json::to_string_pretty(&plan)?)?;
     let h = &plan.histogram;
     let caption = super::histogram::caption(h, &plan.totals);
@@ -457,11 +461,11 @@ async fn publish(plan: &Plan, staging: &Path, dir: &Path) -> Result<()> {
 /// Where the plan in `dir` is to be kept when a new one replaces it: a version of `output` was made from it
 /// (its run record names the plan's digest). None when no version was, or it cannot be read.
 async fn kept_for(output: &str, dir: &Path) -> Option<PathBuf> {
-    let (_, digest) = Plan::read(dir).ok()?;
-    let ds = crate::lance::resume::open_existing(output).await.ok()??;
+    let (_, digest) = WorkPlan::read(dir).ok()?;
+    let ds = crate::lance::target::open_existing(output).await.ok()??;
     let made = |r: &crate::campaign::RunRecord| r.plan.as_ref().is_some_and(|p| p.digest == digest);
     crate::lance::records::newest_run_record(&ds, ds.version().version, made).await.ok()??;
-    Some(crate::campaign::plan::kept_plan_dir(dir, &digest))
+    Some(crate::campaign::work_plan::kept_plan_dir(dir, &digest))
 }
 
 /// What the ordering stage of a write counts: its input rows, and the text (an expression over them), as
@@ -573,7 +577,7 @@ pub async fn snapshot_sources(input: &LogicalPlan) -> Result<Vec<SourceSnapshot>
 
 /// What changed in a plan's sources since it was made (its tables' locations as they are now), a line
 /// each; empty when nothing did.
-pub async fn source_changes(plan: &Plan) -> Vec<String> {
+pub async fn source_changes(plan: &WorkPlan) -> Vec<String> {
     let mut now = Vec::new();
     for source in &plan.sources {
         now.push(current(source).await);

@@ -32,17 +32,17 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{JobWrites, counting_input, load_job};
-use crate::campaign::memory::{self, mib};
-use crate::campaign::plan::WORK_LIST_FILE;
+use crate::campaign::work_plan::WORK_LIST_FILE;
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::error::{Error, Result};
 use crate::exec::TokenCountExec;
 use crate::exec::length_order::{TOKEN_COUNT, longest_first};
-use crate::lance::resume::WriteTarget;
+use crate::lance::target::WriteTarget;
 use crate::model::fit::MemorySplit;
 use crate::model::onnx_weights::read_weights;
 use crate::model::{CallSettings, Device, TextEmbedder};
 use crate::options::EmbedOptions;
+use crate::process::memory::{self, mib};
 use crate::udf::embed::string_values;
 
 /// The smallest `embed.batch_tokens` tried.

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use super::cost::{CostReport, Prices, amount, cost};
 use super::trial::TrialReport;
 use super::verify::{VerifyReport, last_verify};
-use crate::campaign::plan::{PLAN_FILE, Plan};
+use crate::campaign::work_plan::{PLAN_FILE, WorkPlan};
 use crate::campaign::{Fingerprint, RunRecord};
 use crate::lance::records::fingerprint_of_dataset;
 use crate::lance::records::{existing_versions, version_records};
@@ -96,13 +96,13 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
 }
 
 /// The plan the newest run executed (its record names it), else the one beside the dataset.
-fn plan_of(uri: &str, commits: &[Commit]) -> Option<(Plan, PathBuf)> {
+fn plan_of(uri: &str, commits: &[Commit]) -> Option<(WorkPlan, PathBuf)> {
     let recorded = commits.iter().rev().filter_map(|c| c.run.as_ref()?.plan.as_ref()).map(|p| PathBuf::from(&p.path));
     let beside = std::iter::once(crate::ops::plan::plan_dir(uri));
     recorded
         .chain(beside)
         .filter(|d| d.join(PLAN_FILE).is_file())
-        .find_map(|d| Plan::read(&d).ok().map(|(p, _)| (p, d)))
+        .find_map(|d| WorkPlan::read(&d).ok().map(|(p, _)| (p, d)))
 }
 
 fn file_name(uri: &str) -> String {
@@ -206,7 +206,7 @@ fn fingerprint_section(page: &mut String, fp: Option<&Fingerprint>) {
     *page += "</table>";
 }
 
-fn plan_section(page: &mut String, plan: Option<(&Plan, &Path)>) -> Result<()> {
+fn plan_section(page: &mut String, plan: Option<(&WorkPlan, &Path)>) -> Result<()> {
     *page += "<h2>Corpus: token lengths and truncation</h2>";
     let Some((plan, dir)) = plan else {
         *page += "<p>No plan was found (<code>pipeline plan job.sql</code> makes one beside the output).</p>";

@@ -12,8 +12,8 @@
 use crate::campaign::RunRecord;
 use crate::error::Result;
 use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
-use crate::lance::resume::{WriteTarget, open_existing};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns};
+use crate::lance::target::{WriteTarget, open_existing};
 use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 

@@ -13,19 +13,21 @@ use futures::StreamExt;
 
 use super::Reporter;
 use crate::campaign::metrics::{RunMetrics, WriteReport};
-use crate::campaign::plan::{PlanInUse, WORK_LIST_FILE};
-use crate::campaign::{DeviceInfo, EmbedStats, interrupt};
+use crate::campaign::work_plan::{WORK_LIST_FILE, WorkPlanInUse};
+use crate::campaign::{DeviceInfo, EmbedStats};
 use crate::error::{Error, Result};
+use crate::exec::existing_ids::{ExistingIds, count_done};
 use crate::lance::records::fingerprint_of_dataset;
-use crate::lance::resume::{ExistingIds, WriteTarget, count_done, open_existing, write_target};
 use crate::lance::sink::{check_fingerprint, fingerprint_of_columns};
+use crate::lance::target::{WriteTarget, open_existing, write_target};
 use crate::ops::script::{JobStatement, Statement, parse_all};
 use crate::options::EmbedOptions;
+use crate::process::interrupt;
 use crate::session::EmbedSession;
 
 /// Which plan (`pipeline plan`) a write executes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum PlanChoice {
+pub enum WorkPlanChoice {
     /// The plan in the write's `<output>.plan/`, when there is one.
     #[default]
     Beside,
@@ -37,12 +39,12 @@ pub enum PlanChoice {
 
 /// How a job runs.
 #[derive(Debug, Clone, Default)]
-pub struct RunSettings {
+pub struct RunOptions {
     /// Start every Lance output over instead of resuming.
     pub restart: bool,
     /// `embed.device` before the job's own SETs.
     pub device: Option<String>,
-    pub plans: PlanChoice,
+    pub plans: WorkPlanChoice,
     /// `key=value` settings applied (as `SET key = 'value'`) before the first statement.
     pub sets: Vec<(String, String)>,
     /// The Ballista cluster (`df://HOST:PORT`) the job's queries run on; `None` runs them here.
@@ -135,7 +137,7 @@ impl RunReport {
 }
 
 /// A session for a job: `device` and `sets` applied.
-pub async fn job_session(settings: &RunSettings) -> Result<EmbedSession> {
+pub async fn job_session(settings: &RunOptions) -> Result<EmbedSession> {
     let mut options = EmbedOptions { restart: settings.restart, ..EmbedOptions::default() };
     if let Some(device) = &settings.device {
         options.device = device.clone();
@@ -165,11 +167,7 @@ pub async fn job_session(settings: &RunSettings) -> Result<EmbedSession> {
 
 /// Run a job's statements in order, in a session made for it. The error names the statement, where it came
 /// from and its line.
-pub async fn run_job(
-    statements: &[JobStatement],
-    settings: &RunSettings,
-    reporter: &dyn Reporter,
-) -> Result<RunReport> {
+pub async fn run_job(statements: &[JobStatement], settings: &RunOptions, reporter: &dyn Reporter) -> Result<RunReport> {
     let session = job_session(settings).await?;
     run_in(&session, statements, settings, reporter).await
 }
@@ -178,7 +176,7 @@ pub async fn run_job(
 pub async fn run_in(
     session: &EmbedSession,
     statements: &[JobStatement],
-    settings: &RunSettings,
+    settings: &RunOptions,
     reporter: &dyn Reporter,
 ) -> Result<RunReport> {
     // Every statement parses before the first one runs: a typo at the end must not wait for an hour of COPY.
@@ -219,7 +217,7 @@ pub async fn run_in(
 pub async fn run_labelled(
     session: &EmbedSession,
     s: &JobStatement,
-    plans: &PlanChoice,
+    plans: &WorkPlanChoice,
     json_sources: &mut Vec<String>,
     reporter: &dyn Reporter,
 ) -> Result<()> {
@@ -286,7 +284,7 @@ fn sharing_advice(others: &[u32], threads_chosen: bool) -> String {
 async fn run_statement(
     session: &EmbedSession,
     stmt: &Statement,
-    plans: &PlanChoice,
+    plans: &WorkPlanChoice,
     json_sources: &mut Vec<String>,
     reporter: &dyn Reporter,
 ) -> Result<()> {
@@ -334,7 +332,7 @@ async fn run_statement(
     if is_ddl {
         return Ok(());
     }
-    // Planning a write into Lance checks its ids (crate::lance::guard), and says how many rows it has left.
+    // Planning a write into Lance checks its ids (crate::exec::guard), and says how many rows it has left.
     let mut stream = df.execute_stream().await?;
     if let Some(target) = &lance_target
         && let Some(rows) = session.metrics().take_ids_checked(&target.uri)
@@ -375,7 +373,7 @@ fn file_target(plan: &LogicalPlan) -> Option<String> {
 async fn use_write_plan<'a>(
     session: &'a EmbedSession,
     target: &WriteTarget,
-    plans: &PlanChoice,
+    plans: &WorkPlanChoice,
     writes: bool,
     reporter: &dyn Reporter,
 ) -> Result<Option<PlanGuard<'a>>> {
@@ -484,7 +482,12 @@ fn lance_source(plan: &LogicalPlan) -> Option<String> {
 
 /// Say what a write into Lance did, from the commits it recorded since `writes_before`: rows, versions,
 /// memory, the plan's progress, a change of device.
-fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&PlanInUse>, reporter: &dyn Reporter) {
+fn report_write(
+    session: &EmbedSession,
+    writes_before: usize,
+    planned: Option<&WorkPlanInUse>,
+    reporter: &dyn Reporter,
+) {
     let ctx = session.context();
     let writes = session.metrics().writes();
     let commits = &writes[writes_before.min(writes.len())..];
@@ -506,8 +509,8 @@ fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&P
         reporter.warning(&format!(
             "this run's memory peaked at {}, within 10% of the budget of {} that pipeline probe assumed \
              (embed.memory_budget){}; probe again on this machine, or lower embed.batch_tokens",
-            crate::campaign::memory::mib(peak),
-            crate::campaign::memory::mib(budget),
+            crate::process::memory::mib(peak),
+            crate::process::memory::mib(budget),
             if peak > budget { ", and passed it" } else { "" }
         ));
     }
@@ -545,7 +548,7 @@ fn report_write(session: &EmbedSession, writes_before: usize, planned: Option<&P
 async fn prepare_write(
     session: &EmbedSession,
     target: &WriteTarget,
-    plan: Option<&PlanInUse>,
+    plan: Option<&WorkPlanInUse>,
     reporter: &dyn Reporter,
 ) -> Result<Option<Todo>> {
     let state = session.local_state();
@@ -608,7 +611,12 @@ struct Todo {
 }
 
 /// Rows and useful tokens of a plan's work list already in the output.
-async fn done_in_work_list(session: &EmbedSession, plan: &PlanInUse, uri: &str, column: &str) -> Result<(u64, u64)> {
+async fn done_in_work_list(
+    session: &EmbedSession,
+    plan: &WorkPlanInUse,
+    uri: &str,
+    column: &str,
+) -> Result<(u64, u64)> {
     use datafusion::common::Column;
     use datafusion::functions_aggregate::expr_fn::{count, sum};
     use datafusion::logical_expr::{JoinType, LogicalPlanBuilder, col, lit};
@@ -653,20 +661,20 @@ async fn done_in_work_list(session: &EmbedSession, plan: &PlanInUse, uri: &str, 
 async fn plan_for_write(
     session: &EmbedSession,
     target: &WriteTarget,
-    plans: &PlanChoice,
-) -> Result<Option<Arc<PlanInUse>>> {
+    plans: &WorkPlanChoice,
+) -> Result<Option<Arc<WorkPlanInUse>>> {
     let dir = match plans {
-        PlanChoice::Off => return Ok(None),
-        PlanChoice::Dir(dir) => dir.clone(),
-        PlanChoice::Beside => {
+        WorkPlanChoice::Off => return Ok(None),
+        WorkPlanChoice::Dir(dir) => dir.clone(),
+        WorkPlanChoice::Beside => {
             let dir = super::plan::plan_dir(&target.uri);
-            if !dir.join(crate::campaign::plan::PLAN_FILE).is_file() {
+            if !dir.join(crate::campaign::work_plan::PLAN_FILE).is_file() {
                 return Ok(None);
             }
             dir
         }
     };
-    let plan = PlanInUse::load(&dir).map_err(Error::Refused)?;
+    let plan = WorkPlanInUse::load(&dir).map_err(Error::Refused)?;
     let shown = dir.display();
     let p = &plan.plan;
     let again = "run pipeline plan on the job again, or run without it (--no-plan)";
@@ -729,7 +737,7 @@ fn capitalised(s: &str) -> String {
 struct PlanGuard<'a> {
     session: &'a EmbedSession,
     uri: String,
-    plan: Arc<PlanInUse>,
+    plan: Arc<WorkPlanInUse>,
 }
 
 impl Drop for PlanGuard<'_> {
@@ -751,11 +759,11 @@ pub struct WriteProgress {
     started: Instant,
     todo: Option<u64>,
     planned_tokens: Option<u64>,
-    plan: Option<Arc<PlanInUse>>,
+    plan: Option<Arc<WorkPlanInUse>>,
 }
 
 impl WriteProgress {
-    fn start(metrics: &Arc<RunMetrics>, todo: Option<Todo>, plan: Option<Arc<PlanInUse>>) -> Self {
+    fn start(metrics: &Arc<RunMetrics>, todo: Option<Todo>, plan: Option<Arc<WorkPlanInUse>>) -> Self {
         Self {
             before: (metrics.progress(), metrics.counted()),
             metrics: Arc::clone(metrics),

@@ -1,10 +1,12 @@
-//! A search's hits beside their source rows (`pipeline search --join SOURCE`): the source's other columns
-//! (the text) joined to each hit by id, nearest first. The search itself is [`crate::lance::search`].
+//! `pipeline search`: a dataset's nearest rows to a query ([`crate::search`], which SQL's `embed_search()` runs too),
+//! and with `--join SOURCE` the source's other columns (the text) beside each hit, by id, nearest first.
 
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+
+pub use crate::search::{DEFAULT_REFINE, SearchOptions, nearest};
 
 /// The file format of a source, by its name's ending.
 fn source_format(source: &str) -> Result<&'static str> {

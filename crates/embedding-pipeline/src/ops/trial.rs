@@ -28,18 +28,20 @@ use serde::{Deserialize, Serialize};
 use super::plan::{JobWrites, UnitSize, counting_input, current_plan, load_job, make_plan, plan_dir};
 use super::probe::{ProbeReport, probe, read_longest};
 use crate::campaign::metrics::{HostShare, usable_cores};
-use crate::campaign::plan::{Histogram, PLAN_FILE, Plan, PlanInUse, Totals, UNIT_COLUMN, Unit, WORK_LIST_FILE};
 use crate::campaign::trial::Prediction;
 use crate::campaign::trial::{
     STRATA, StratumRate, extrapolate, intervals, picked, predict, step_for, strata, stratum_step,
 };
+use crate::campaign::work_plan::{
+    Histogram, PLAN_FILE, Totals, UNIT_COLUMN, Unit, WORK_LIST_FILE, WorkPlan, WorkPlanInUse,
+};
 use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint};
 use crate::error::{Error, Result};
 use crate::exec::length_order::TOKEN_COUNT;
-use crate::lance::compare::Thresholds;
 use crate::lance::dataset_uri;
-use crate::lance::resume::WriteTarget;
+use crate::lance::target::WriteTarget;
 use crate::model::TextEmbedder;
+use crate::ops::compare::Thresholds;
 use crate::options::EmbedOptions;
 use crate::session::EmbedSession;
 
@@ -54,7 +56,7 @@ const MATCH_DIFF: f64 = 0.01;
 
 /// What a trial is asked.
 #[derive(Debug, Clone)]
-pub struct TrialArgs {
+pub struct TrialOptions {
     pub file: PathBuf,
     /// Values of the job's `${NAME}` variables (`--var`).
     pub vars: BTreeMap<String, String>,
@@ -72,7 +74,7 @@ pub struct TrialArgs {
     pub name: Option<String>,
 }
 
-impl TrialArgs {
+impl TrialOptions {
     /// Minutes of embedding the sample takes, by default.
     pub const DEFAULT_MINUTES: f64 = 2.0;
     /// Where the trial is saved, by default.
@@ -210,8 +212,8 @@ impl TrialReport {
 
 /// Run the trial of the job's first write into Lance, and save it to `args.save` (its vectors beside it). A
 /// trial whose vectors do not match the reference is returned as found (see [`TrialReport::mismatch`]).
-pub async fn run_trial(args: &TrialArgs) -> Result<TrialReport> {
-    crate::campaign::memory::mark_before_load();
+pub async fn run_trial(args: &TrialOptions) -> Result<TrialReport> {
+    crate::process::memory::mark_before_load();
     let file = &args.file;
     if args.minutes.is_nan() || args.minutes <= 0.0 {
         return Err(Error::Refused(format!("--minutes must be above 0, not {}", args.minutes)));
@@ -246,7 +248,7 @@ pub async fn run_trial(args: &TrialArgs) -> Result<TrialReport> {
 
 async fn trial(
     session: &EmbedSession,
-    args: &TrialArgs,
+    args: &TrialOptions,
     write: &LogicalPlan,
     target: &WriteTarget,
     sets_batch: bool,
@@ -374,7 +376,7 @@ fn summary(chosen: Chosen, corpus_tokens: u64, fraction: f64, chosen_by: String)
 
 /// The share of the corpus to sample, and why: `--sample N` rows, else the tokens `--minutes` takes at the
 /// warm-up's rate `warm`.
-fn sample_fraction(args: &TrialArgs, rows: usize, corpus_tokens: u64, warm: f64) -> (f64, String) {
+fn sample_fraction(args: &TrialOptions, rows: usize, corpus_tokens: u64, warm: f64) -> (f64, String) {
     match args.sample {
         Some(n) => ((n as f64 / rows as f64).min(1.0), format!("--sample {n}")),
         None => {
@@ -424,7 +426,7 @@ async fn trial_plan(
     target: &WriteTarget,
     options: &EmbedOptions,
     temporary: &Path,
-) -> Result<(Plan, PathBuf, String, Option<f64>)> {
+) -> Result<(WorkPlan, PathBuf, String, Option<f64>)> {
     let beside = plan_dir(&target.uri);
     Ok(match current_plan(&beside, target, options).await? {
         Some(plan) => (plan, beside.clone(), format!("the plan {}", beside.display()), None),
@@ -534,7 +536,7 @@ async fn write_timed(
     };
     let copy = CopyTo::new(Arc::clone(&target.input), vectors.to_string(), Vec::new(), file_type, options_of_copy);
     let uri = dataset_uri(vectors);
-    session.metrics().use_plan(&uri, Arc::new(PlanInUse::load(sample_dir).map_err(Error::Refused)?));
+    session.metrics().use_plan(&uri, Arc::new(WorkPlanInUse::load(sample_dir).map_err(Error::Refused)?));
     session.metrics().keep_timeline();
     let before = session.metrics().embed_stats();
     let started = Instant::now();
@@ -628,7 +630,7 @@ struct Chosen {
 async fn write_sample(
     dir: &Path,
     sample_dir: &Path,
-    plan: &Plan,
+    plan: &WorkPlan,
     counts: &[u32],
     ranges: &[std::ops::Range<usize>],
     fraction: f64,
@@ -717,7 +719,7 @@ async fn compare(vectors: &str, reference: &str, id_column: &str, target: &Write
         shared_ids: true,
         allow_different_fingerprints: false,
     };
-    match crate::lance::compare::compare(vectors, reference, Some(id_column), &column, thresholds).await {
+    match crate::ops::compare::compare(vectors, reference, Some(id_column), &column, thresholds).await {
         Ok(r) => {
             let mut failures = r.failures.clone();
             if r.matched == 0 {

@@ -25,12 +25,12 @@ use super::lineage::Check;
 use super::plan::{JobWrites, load_job};
 use super::sample::{Lowest, seeded_rank};
 use crate::campaign::{DeviceInfo, Fingerprint};
-use crate::lance::compare::{cosine_and_max_diff, examples};
-use crate::lance::inspect::id_counts;
 use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
 use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
 use crate::lance::{open_dataset, quote_ident};
 use crate::model::TextEmbedder;
+use crate::ops::compare::{cosine_and_max_diff, examples};
+use crate::ops::inspect::id_counts;
 use crate::{Error, Result};
 
 /// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
@@ -39,7 +39,7 @@ pub const VERIFY_SUFFIX: &str = ".verify.json";
 
 /// What to verify, and how.
 #[derive(Debug, Clone)]
-pub struct VerifyArgs {
+pub struct VerifyOptions {
     /// `path`, `path@version` or `path@tag`.
     pub dataset: String,
     /// The job that made it: its corpus's ids and texts.
@@ -60,7 +60,7 @@ pub struct VerifyArgs {
     pub column: String,
 }
 
-impl VerifyArgs {
+impl VerifyOptions {
     /// Rows of the corpus embedded again, by default.
     pub const DEFAULT_SAMPLE: u64 = 1000;
     /// The smallest cosine allowed between a stored vector and its re-embedding, by default.
@@ -199,7 +199,7 @@ pub fn save(report: &VerifyReport) -> Result<Option<PathBuf>> {
 /// The file beside a local dataset (its real place, a link resolved, so that each of its names finds the same
 /// file) that keeps its verify results; none for a dataset in an object store.
 pub fn verify_path(uri: &str) -> Option<PathBuf> {
-    if !crate::session::stores::is_local(uri) {
+    if !crate::uri::is_local(uri) {
         return None;
     }
     let path = uri.strip_prefix("file://").unwrap_or(uri);
@@ -231,7 +231,7 @@ pub fn last_verify(uri: &str, version: u64) -> Option<VerifyReport> {
 }
 
 /// Check the dataset, telling `reporter` each stage as a note. It writes nothing: [`save`] keeps the report.
-pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<VerifyReport> {
+pub async fn verify(args: &VerifyOptions, reporter: &dyn Reporter) -> Result<VerifyReport> {
     if args.job.is_none() && !args.vars.is_empty() {
         return Err(Error::Refused(
             "variables were given, but no job to give them to: give the job that made the dataset (--job), or leave \
@@ -240,10 +240,10 @@ pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<Verify
         ));
     }
     let stage = |what: &str| reporter.note(what);
-    crate::campaign::memory::mark_before_load();
+    crate::process::memory::mark_before_load();
     let started = Instant::now();
     let (ds, fp, id_column) = open_checked(args).await?;
-    let args = &VerifyArgs { id_column: Some(id_column), ..args.clone() };
+    let args = &VerifyOptions { id_column: Some(id_column), ..args.clone() };
     let version = ds.version().version;
     let uri = ds.uri().trim_end_matches('/').to_string();
     let mut words = Words::default();
@@ -308,7 +308,7 @@ pub async fn verify(args: &VerifyArgs, reporter: &dyn Reporter) -> Result<Verify
         cannot_check: words.cannot_check,
         notes: words.notes,
         seconds: started.elapsed().as_secs_f64(),
-        peak_memory_bytes: crate::campaign::memory::peak().unwrap_or(0),
+        peak_memory_bytes: crate::process::memory::peak().unwrap_or(0),
     })
 }
 
@@ -333,7 +333,7 @@ impl Words {
 }
 
 /// The dataset, its fingerprint and its id column, refused where it has no fingerprint or no such column.
-async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint, String)> {
+async fn open_checked(args: &VerifyOptions) -> Result<(lance::Dataset, Fingerprint, String)> {
     let ds = open_dataset(&args.dataset).await?;
     let fp = fingerprint_of_dataset(&ds)?.ok_or_else(|| {
         Error::Refused(format!(
@@ -356,7 +356,7 @@ async fn open_checked(args: &VerifyArgs) -> Result<(lance::Dataset, Fingerprint,
 /// model that makes them again (none when no sample is asked, or it cannot be made: `words` says why).
 async fn corpus(
     job: &Path,
-    args: &VerifyArgs,
+    args: &VerifyOptions,
     (uri, ds, fp): (&str, &lance::Dataset, &Fingerprint),
     ids: &mut IdFindings,
     words: &mut Words,
@@ -404,7 +404,7 @@ async fn check_sample(
     d: Drawn,
     stored: &HashMap<String, Option<Vec<f32>>>,
     fp: &Fingerprint,
-    args: &VerifyArgs,
+    args: &VerifyOptions,
     findings: &mut Vec<String>,
 ) -> Result<SampleFindings> {
     let s = compare_sample(d, stored, fp, args).await?;
@@ -455,7 +455,7 @@ struct Candidate {
 /// candidates for the sample (the texts of the ids lowest in the seeded order, 16 times the sample at most).
 async fn read_job(
     job: &Path,
-    args: &VerifyArgs,
+    args: &VerifyOptions,
     uri: &str,
     ds: &lance::Dataset,
     words: &mut Words,
@@ -538,7 +538,7 @@ async fn id_differences(
             let ids = cast(batch.column(i), &DataType::Utf8)?;
             for id in ids.as_string::<i32>().iter().flatten() {
                 side.0 += 1;
-                if side.1.len() < crate::lance::compare::EXAMPLES {
+                if side.1.len() < crate::ops::compare::EXAMPLES {
                     side.1.push(id.to_string());
                 }
             }
@@ -560,7 +560,7 @@ async fn count_source(ctx: &datafusion::prelude::SessionContext) -> datafusion::
 /// sample at most, and the rows read: streamed, so that only those are held.
 async fn candidates(
     texts: DataFrame,
-    args: &VerifyArgs,
+    args: &VerifyOptions,
     fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
 ) -> Result<(Vec<Candidate>, u64)> {
     let mut lowest = Lowest::new(16 * args.sample as usize);
@@ -624,7 +624,7 @@ struct SampleRow {
 /// the candidates' tokens, and take the sample: bands of token length doubling up to the limit, and the texts
 /// past it, each given an equal share, lowest seeded rank first.
 async fn prepare_sample(
-    args: &VerifyArgs,
+    args: &VerifyOptions,
     ds: &lance::Dataset,
     fp: &Fingerprint,
     candidates: Vec<Candidate>,
@@ -648,7 +648,7 @@ async fn prepare_sample(
             model_dir.display()
         )));
     }
-    let mut options = crate::lance::search::options_for(fp, &model_dir);
+    let mut options = crate::search::options_for(fp, &model_dir);
     if let Some(device) = &args.device {
         options.device = device.clone();
     }
@@ -742,14 +742,14 @@ async fn compare_sample(
     d: Drawn,
     stored: &HashMap<String, Option<Vec<f32>>>,
     fp: &Fingerprint,
-    args: &VerifyArgs,
+    args: &VerifyOptions,
 ) -> Result<SampleFindings> {
     let Drawn { rows, strata, embedder, settings, model_dir, made_on } = d;
     let texts: Vec<String> = rows.iter().map(|r| r.text.clone()).collect();
     let e = Arc::clone(&embedder);
     let vectors = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        e.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::campaign::interrupt::stop_requested)
+        e.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::process::interrupt::stop_requested)
     })
     .await??;
     let dim = if rows.is_empty() { 1 } else { vectors.vectors.len() / rows.len() };

@@ -14,8 +14,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::campaign::metrics::RunMetrics;
 use crate::exec::EmbedWriteRule;
-use crate::lance::guard::CheckedPlanner;
-use crate::lance::resume::ResumeRule;
+use crate::exec::guard::CheckedPlanner;
+use crate::exec::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::options::{EmbedConfig, EmbedOptions};
 use crate::udf::embed_udfs;

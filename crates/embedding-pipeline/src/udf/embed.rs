@@ -21,11 +21,12 @@ use datafusion::logical_expr::{
 };
 
 use crate::campaign::metrics::RunMetrics;
-use crate::campaign::{FINGERPRINT_KEY, Fingerprint, interrupt};
+use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
 use crate::model::CallSettings;
 use crate::model::tokenize::Tokenized;
 use crate::model::{EmbedStats, TextEmbedder};
 use crate::options::EmbedOptions;
+use crate::process::interrupt;
 
 /// The vector type a fingerprint describes: `dim` elements of its `dtype` (float32 or float16).
 pub fn vector_type(fingerprint: &Fingerprint) -> DataType {

@@ -14,7 +14,7 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::lance::search::{SearchRequest, hit_fields, nearest};
+use crate::search::{SearchOptions, hit_fields, nearest};
 
 /// The table function.
 #[derive(Debug, Default)]
@@ -36,7 +36,7 @@ impl TableFunctionImpl for EmbedSearchFunc {
             [d, q, k] => (text(d, "the dataset")?, text(q, "the query")?, whole_k(k)?),
             other => return plan_err!("embed_search: {} arguments given; {USAGE}", other.len()),
         };
-        let request = SearchRequest::new(&dataset, &query, k);
+        let request = SearchOptions::new(&dataset, &query, k);
         let schema = hit_schema(&dataset)?;
         Ok(Arc::new(SearchTable { request, schema }))
     }
@@ -72,7 +72,7 @@ fn hit_schema(dataset: &str) -> Result<SchemaRef> {
 /// One search, run when the query is executed.
 #[derive(Debug)]
 struct SearchTable {
-    request: SearchRequest,
+    request: SearchOptions,
     schema: SchemaRef,
 }
 

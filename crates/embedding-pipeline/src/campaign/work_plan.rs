@@ -21,7 +21,7 @@ pub const UNIT_COLUMN: &str = "__unit";
 
 /// What `pipeline plan` found and decided for one write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
+pub struct WorkPlan {
     /// The tool's version that made the plan.
     pub tool_version: String,
     /// When the plan was made (UTC, RFC 3339).
@@ -47,7 +47,7 @@ pub struct Plan {
     pub histogram: Histogram,
 }
 
-impl Plan {
+impl WorkPlan {
     /// The plan kept in the plan directory `dir`, and the SHA-256 of its `plan.json`, which names it.
     pub fn read(dir: &Path) -> Result<(Self, String), String> {
         let path = dir.join(PLAN_FILE);
@@ -72,10 +72,10 @@ pub fn kept_plan_dir(dir: &Path, digest: &str) -> PathBuf {
 /// unit ends among the rows it passes on; the sink, which receives those rows in the same order, asks at
 /// each commit how many units its committed rows complete.
 #[derive(Debug)]
-pub struct PlanInUse {
+pub struct WorkPlanInUse {
     /// The plan directory.
     pub dir: PathBuf,
-    pub plan: Plan,
+    pub plan: WorkPlan,
     /// SHA-256 of its `plan.json`.
     pub digest: String,
     progress: Mutex<UnitProgress>,
@@ -92,10 +92,10 @@ struct UnitProgress {
     done: u64,
 }
 
-impl PlanInUse {
+impl WorkPlanInUse {
     /// The plan in the plan directory `dir`.
     pub fn load(dir: &Path) -> Result<Self, String> {
-        let (plan, digest) = Plan::read(dir)?;
+        let (plan, digest) = WorkPlan::read(dir)?;
         Ok(Self { dir: dir.to_path_buf(), plan, digest, progress: Mutex::default() })
     }
 

@@ -11,10 +11,10 @@ use futures::StreamExt;
 use lance::datafusion::LanceTableProvider;
 use serde::Serialize;
 
-use super::open_dataset;
-use super::records::fingerprint_of_dataset;
 use crate::campaign::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
+use crate::lance::open_dataset;
+use crate::lance::records::fingerprint_of_dataset;
 
 /// How many example ids to list for each side.
 pub(crate) const EXAMPLES: usize = 10;
@@ -95,7 +95,7 @@ pub async fn compare(
     let mut id_column = id_column.map(str::to_string);
     for (name, location) in [("a", a), ("b", b)] {
         let ds = open_dataset(location).await?;
-        let id_column = id_column.get_or_insert_with(|| super::records::id_column_of(&ds, None)).clone();
+        let id_column = id_column.get_or_insert_with(|| crate::lance::records::id_column_of(&ds, None)).clone();
         for col in [id_column.as_str(), vector_column] {
             if ds.schema().field(col).is_none() {
                 return Err(Error::lance(location, format!("has no column `{col}`")));
@@ -105,7 +105,7 @@ pub async fn compare(
         ctx.register_table(name, Arc::new(LanceTableProvider::new(Arc::new(ds), false, false)))
             .map_err(|e| Error::lance_from(location, e))?;
     }
-    let (id, v) = (super::quote_ident(&id_column.unwrap_or_default()), super::quote_ident(vector_column));
+    let (id, v) = (crate::lance::quote_ident(&id_column.unwrap_or_default()), crate::lance::quote_ident(vector_column));
     let err = |e: datafusion::error::DataFusionError| Error::lance_from(format!("{a} vs {b}"), e);
     let ids_of = |sql: String| {
         let ctx = ctx.clone();

@@ -1,18 +1,19 @@
-//! Searching a campaign's dataset with a query embedded exactly as its vectors were: `pipeline search` and
-//! SQL's `embed_search()`. The model directory comes from the run records (or is given), and it must give
-//! the dataset's fingerprint, every field of it: a query embedded with another model, tokenizer, prefix,
-//! pooling or truncation is refused, not searched. Lance's nearest-neighbour search uses the dataset's vector
-//! index when it has one whose metric is the search's (`pipeline index`), unless the search is exact.
+//! Searching a campaign's dataset with a query embedded exactly as its vectors were: what `pipeline search`
+//! ([`crate::ops::search`]) and SQL's `embed_search()` ([`crate::udf`]) both run. The model directory comes from the
+//! run records (or is given), and it must give the dataset's fingerprint, every field of it: a query embedded with
+//! another model, tokenizer, prefix, pooling or truncation is refused, not searched. Lance's nearest-neighbour search
+//! uses the dataset's vector index when it has one whose metric is the search's (`pipeline index`), unless the search
+//! is exact.
 
 use std::path::PathBuf;
 
 use datafusion::arrow::array::{Array, Float32Array, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 
-use super::records::{fingerprint_of_dataset, newest_run_record};
-use super::{Metric, lance_err, no_vector_column, open_dataset};
 use crate::campaign::Fingerprint;
 use crate::error::{Error, Result};
+use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
+use crate::lance::{Metric, lance_err, no_vector_column, open_dataset};
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
 
@@ -22,7 +23,7 @@ pub const DEFAULT_REFINE: u32 = 10;
 
 /// A search: the dataset, the query, and how.
 #[derive(Debug, Clone)]
-pub struct SearchRequest {
+pub struct SearchOptions {
     /// The Lance dataset: `path`, `path@version` or `path@tag`.
     pub dataset: String,
     pub query: String,
@@ -45,7 +46,7 @@ pub struct SearchRequest {
     pub prompt_name: Option<String>,
 }
 
-impl SearchRequest {
+impl SearchOptions {
     /// `k` rows of `dataset` nearest to `query`, by cosine, with the dataset's own model.
     pub fn new(dataset: &str, query: &str, k: usize) -> Self {
         Self {
@@ -80,7 +81,7 @@ pub fn options_for(fp: &Fingerprint, dir: &std::path::Path) -> EmbedOptions {
 }
 
 /// The `k` nearest rows of the dataset to the query: every column but the vectors, then `_distance`.
-pub async fn nearest(args: &SearchRequest) -> Result<RecordBatch> {
+pub async fn nearest(args: &SearchOptions) -> Result<RecordBatch> {
     if args.k == 0 {
         return Err(Error::Refused("a search returns at least 1 row (k = 0)".into()));
     }

@@ -25,10 +25,11 @@ use datafusion::logical_expr::{JoinType, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 
-use super::resume::{ExistingIds, executed, write_target};
+use super::existing_ids::ExistingIds;
 use crate::campaign::ids::{IdCheck, check_ids};
 use crate::campaign::metrics::RunMetrics;
 use crate::error::Error;
+use crate::lance::target::{executed, write_target};
 use crate::options::EmbedOptions;
 
 /// DataFusion's physical planner, after the checks in the module docs.

@@ -1,6 +1,6 @@
 //! Keeping a campaign's dataset fast to search and small on disk: a vector index (`pipeline index`), and
 //! compaction with the cleanup of old versions (`pipeline optimize`). Each commit carries a maintenance
-//! record in its transaction properties (under [`super::records::MAINTENANCE_KEY`]), beside where writes keep their run
+//! record in its transaction properties (under [`crate::lance::records::MAINTENANCE_KEY`]), beside where writes keep their run
 //! records, so the dataset's history says what was done to it, when, with which settings.
 
 use std::collections::HashMap;
@@ -20,10 +20,12 @@ use lance_index::vector::pq::PQBuildParams;
 use lance_index::vector::sq::builder::SQBuildParams;
 use serde::Serialize;
 
-use super::lock::{Holder, WriteLock};
-use super::records::{CleanupRecord, CompactionRecord, IndexRecord, LastRun, MaintenanceRecord, newest_run_record};
-use super::{Metric, lance_err, no_vector_column};
 use crate::error::{Error, Result};
+use crate::lance::lock::{Holder, WriteLock};
+use crate::lance::records::{
+    CleanupRecord, CompactionRecord, IndexRecord, LastRun, MaintenanceRecord, newest_run_record,
+};
+use crate::lance::{Metric, lance_err, no_vector_column};
 
 /// The kinds of vector index `pipeline index` builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +59,7 @@ pub struct BuiltIndex {
 
 /// Build a vector index on the latest version of `dataset` (`pipeline index`), under the dataset's write lock:
 /// refused for `path@version` or `path@tag`, and while another command writes to it.
-pub async fn index(dataset: &str, request: &IndexRequest) -> Result<BuiltIndex> {
+pub async fn index(dataset: &str, request: &IndexOptions) -> Result<BuiltIndex> {
     let (mut ds, _lock) = open_locked(dataset, "index", Holder::Index).await?;
     let (version, record) = build_index(&mut ds, request).await?;
     let name = record.index.as_ref().map(|i| i.name.clone()).unwrap_or_default();
@@ -86,9 +88,9 @@ async fn open_locked(dataset: &str, command: &str, holder: Holder) -> Result<(Da
     {
         return Err(Error::Refused(format!("{dataset}: {command} works on a dataset's latest version; give {path}")));
     }
-    let mut ds = super::open_dataset(dataset).await?;
+    let mut ds = crate::lance::open_dataset(dataset).await?;
     // The URI a write locks (see crate::lance::LanceSink).
-    let lock = WriteLock::acquire(&super::dataset_uri(dataset), holder)?;
+    let lock = WriteLock::acquire(&crate::lance::dataset_uri(dataset), holder)?;
     let uri = ds.uri().to_string();
     ds.checkout_latest().await.map_err(lance_err(&uri))?;
     Ok((ds, lock))
@@ -96,7 +98,7 @@ async fn open_locked(dataset: &str, command: &str, holder: Holder) -> Result<(Da
 
 /// What to build.
 #[derive(Debug, Clone)]
-pub struct IndexRequest {
+pub struct IndexOptions {
     pub column: String,
     pub kind: IndexKind,
     pub metric: Metric,
@@ -108,7 +110,7 @@ fn refuse(uri: &str, message: String) -> Error {
 }
 
 /// Build (or rebuild) the vector index on `request.column`, in a new version carrying its record.
-async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, MaintenanceRecord)> {
+async fn build_index(ds: &mut Dataset, request: &IndexOptions) -> Result<(u64, MaintenanceRecord)> {
     let started = Instant::now();
     let uri = ds.uri().to_string();
     let metric_type = request.metric.lance();
@@ -169,7 +171,7 @@ async fn build_index(ds: &mut Dataset, request: &IndexRequest) -> Result<(u64, M
 
 /// The index's type and build parameters for vectors of `dim` values, and its PQ sub-vectors (none for HNSW).
 fn index_params(
-    request: &IndexRequest,
+    request: &IndexOptions,
     metric_type: lance_linalg::distance::MetricType,
     dim: usize,
 ) -> (IndexType, VectorIndexParams, Option<usize>) {

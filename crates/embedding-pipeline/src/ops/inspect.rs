@@ -11,10 +11,10 @@ use lance::datafusion::LanceTableProvider;
 use lance::index::DatasetIndexExt;
 use serde::Serialize;
 
-use super::lance_err;
-use super::records::{MaintenanceRecord, fingerprint_of_dataset, version_records};
 use crate::campaign::{Fingerprint, RunRecord};
 use crate::error::{Error, Result};
+use crate::lance::lance_err;
+use crate::lance::records::{MaintenanceRecord, fingerprint_of_dataset, version_records};
 
 /// Everything `pipeline inspect` shows.
 #[derive(Debug, Clone, Serialize)]
@@ -117,7 +117,7 @@ pub struct VersionReport {
 /// Inspect the dataset at `uri`; `id_column` names the ids to check (default: the column it was written with).
 pub async fn inspect(uri: &str, id_column: Option<&str>) -> Result<DatasetReport> {
     let ds = Dataset::open(uri).await.map_err(lance_err(uri))?;
-    let id_column = &super::records::id_column_of(&ds, id_column);
+    let id_column = &crate::lance::records::id_column_of(&ds, id_column);
     let fingerprint = fingerprint_of_dataset(&ds).map_err(|e| Error::lance_from(uri, e))?;
     let tags: BTreeMap<String, u64> =
         ds.tags().list().await.map_err(lance_err(uri))?.into_iter().map(|(name, t)| (name, t.version)).collect();
@@ -183,7 +183,7 @@ pub async fn id_counts(ds: Arc<Dataset>, column: &str, examples: usize) -> Resul
     let df_err = |e: datafusion::error::DataFusionError| Error::lance_from(uri.clone(), e);
     let ctx = SessionContext::new();
     ctx.register_table("t", Arc::new(LanceTableProvider::new(ds, false, false))).map_err(df_err)?;
-    let id = super::quote_ident(column);
+    let id = crate::lance::quote_ident(column);
     let sql = format!("SELECT {id}, count(*) FROM t GROUP BY {id}");
     let mut stream = ctx.sql(&sql).await.map_err(df_err)?.execute_stream().await.map_err(df_err)?;
     let mut out = IdCounts::default();
