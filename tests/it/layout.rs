@@ -238,6 +238,19 @@ fn no_two_source_files_import_each_other() {
     assert!(library["ops/run.rs"].contains("session/mod.rs"), "{library:?}");
     // And through a re-export: the session registers `crate::udf::EmbedSearchFunc`, which is udf/search.rs's.
     assert!(library["session/mod.rs"].contains("udf/search.rs"), "{library:?}");
+    // Nor do the library's modules, taken whole (`lance/` and `session/`, `ops/` and `udf/`).
+    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let top = |file: &str| module_of(file).first().cloned().unwrap_or_else(|| "lib".to_string());
+    for (file, to) in &library {
+        let from = modules.entry(top(file)).or_default();
+        from.extend(to.iter().map(|t| top(t)).filter(|t| *t != top(file)));
+    }
+    assert!(
+        circles(&modules).is_empty(),
+        "import circles between the library's modules:\n{}",
+        circles(&modules).join("\n")
+    );
+    assert!(modules["ops"].contains("session") && modules["session"].contains("udf"), "{modules:?}");
     let command = imports(".");
     assert!(circles(&command).is_empty(), "import circles in the command:\n{}", circles(&command).join("\n"));
     assert!(command["cli/shell.rs"].contains("cli/run.rs"), "{command:?}");

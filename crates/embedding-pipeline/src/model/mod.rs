@@ -14,11 +14,14 @@
 //! - [`reference`] holds a model's reference vectors (its `probe.json`), checked when it loads.
 //! - [`fit`] divides a card's memory between a model and its calls (the 48 GB split).
 //! - [`settings`] are what shapes each model call, resolved by the caller.
-//! - [`embedder`] owns the ONNX session and runs the whole path; [`registry`] shares one per model.
+//! - [`sessions`] builds a model's ONNX Runtime sessions and checks its inputs and output; [`embedder`] runs the
+//!   whole path over them; [`embedded`] is what a call returns, and the trait the DataFusion side asks;
+//!   [`registry`] shares one embedder per model.
 
 pub mod batching;
 pub mod dense;
 pub mod device;
+pub mod embedded;
 pub mod embedder;
 pub mod feed;
 pub mod fit;
@@ -31,13 +34,16 @@ pub mod pooling;
 pub mod reference;
 pub mod registry;
 pub mod runtime;
+pub mod sessions;
 pub mod settings;
 pub mod spec;
 pub mod tokenize;
 
 pub use device::{CudaInfo, Device, DeviceInfo, Placement};
-pub use embedder::{EmbedStats, Embedded, Embedder, TextEmbedder, node_placement};
+pub use embedded::{EmbedStats, Embedded, TextEmbedder};
+pub use embedder::Embedder;
 pub use pooling::{Pooling, PoolingMode};
+pub use sessions::node_placement;
 pub use settings::{CallSettings, ORIGINAL_BATCH_ROWS, Order};
 pub use spec::ModelSpec;
 pub use tokenize::TruncationSide;

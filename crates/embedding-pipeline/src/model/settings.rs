@@ -33,7 +33,7 @@ pub struct CallSettings {
     /// Keep only the first this many dimensions of each pooled vector, then normalise (if normalising):
     /// Matryoshka models. 0 keeps them all.
     pub truncate_dim: usize,
-    /// Refuse a blank text (see [`super::embedder::is_blank`]) rather than give it the vector of no text.
+    /// Refuse a blank text (see [`super::embedded::is_blank`]) rather than give it the vector of no text.
     pub refuse_blank: bool,
 }
 

@@ -110,7 +110,7 @@ pub struct TrialReport {
     pub output: String,
     pub device: DeviceInfo,
     pub fingerprint: Fingerprint,
-    pub settings: TrialSettings,
+    pub settings: TrialSettingsReport,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeReport>,
     /// Where the plan came from, and how long planning took when the trial planned.
@@ -138,7 +138,7 @@ pub struct TrialReport {
 /// The batch and session settings the trial ran with, which the campaign must run with for the
 /// prediction to hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialSettings {
+pub struct TrialSettingsReport {
     pub batch_tokens: usize,
     pub max_batch_rows: usize,
     pub sessions_per_device: usize,
@@ -392,7 +392,7 @@ fn sample_fraction(args: &TrialOptions, rows: usize, corpus_tokens: u64, warm: f
 /// The settings the trial runs under (`from`: where the batch setting came from), as the report shows them
 /// and as SET lines for the campaign; and the seconds a fresh load of the model with them takes (a campaign
 /// loads it once).
-fn chosen_settings(options: &EmbedOptions, from: String) -> Result<(TrialSettings, f64)> {
+fn chosen_settings(options: &EmbedOptions, from: String) -> Result<(TrialSettingsReport, f64)> {
     let placement = options.placement()?;
     // Timed on a fresh load with the chosen layout (the shared one was loaded by the planning).
     let started = Instant::now();
@@ -407,7 +407,7 @@ fn chosen_settings(options: &EmbedOptions, from: String) -> Result<(TrialSetting
     if let Ok(Some(b)) = options.memory_budget_bytes() {
         set.push(format!("SET embed.memory_budget = '{}MiB';", b >> 20));
     }
-    let settings = TrialSettings {
+    let settings = TrialSettingsReport {
         batch_tokens: options.batch_tokens,
         max_batch_rows: options.max_batch_rows,
         sessions_per_device: placement.sessions_per_device,
