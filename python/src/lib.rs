@@ -23,7 +23,7 @@ use embedding_pipeline::ops::script::{
     JobStatement, check_sets_against_job, is_setting_name, is_var_name, job_statements, read_job,
 };
 use embedding_pipeline::ops::{Reporter, WorkPlanChoice};
-use embedding_pipeline::process::interrupt;
+use embedding_pipeline::process::interrupt::StopToken;
 use embedding_pipeline::{EmbedOptions, EmbedSession, Error};
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
@@ -172,9 +172,16 @@ enum OnStop {
     Abandon(String),
 }
 
-/// Calls working now, in any thread of this process. The stop request is the process's (the library's write
-/// paths read one flag): it is cleared when the first call starts and when the last one ends, never under
-/// another call, so that a ctrl-C in one thread is not wiped by a call that starts or ends in another.
+/// The package's request to stop, handed to every call it makes (the library's sessions and operations take one):
+/// one for all of them, as a ctrl-C reaches whichever call is running, in any thread.
+fn stop_token() -> &'static StopToken {
+    static STOP: std::sync::OnceLock<StopToken> = std::sync::OnceLock::new();
+    STOP.get_or_init(StopToken::new)
+}
+
+/// Calls working now, in any thread of this process. The stop request is the package's ([`stop_token`]): it is
+/// cleared when the first call starts and when the last one ends, never under another call, so that a ctrl-C in
+/// one thread is not wiped by a call that starts or ends in another.
 static WORKING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// One working call, from its start to its worker's end (which may be after `wait` returned: see [`wait`]).
@@ -183,7 +190,7 @@ struct Working;
 impl Working {
     fn start() -> Self {
         if WORKING.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            interrupt::clear_stop();
+            stop_token().clear();
         }
         Self
     }
@@ -192,7 +199,7 @@ impl Working {
 impl Drop for Working {
     fn drop(&mut self) {
         if WORKING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-            interrupt::clear_stop();
+            stop_token().clear();
         }
     }
 }
@@ -219,7 +226,7 @@ where
     // An operation left to finish by a second ctrl-C is still stopping: a call started now would be stopped
     // by its stop request at once. Wait for it to end (ctrl-C stops waiting).
     let mut told = false;
-    while WORKING.load(std::sync::atomic::Ordering::SeqCst) > 0 && interrupt::stop_requested() {
+    while WORKING.load(std::sync::atomic::Ordering::SeqCst) > 0 && stop_token().requested() {
         if !told && let Some(on_event) = on_event {
             let _ = on_event.call1(("warning", "waiting for an interrupted operation to finish its commit"));
             told = true;
@@ -241,8 +248,8 @@ where
                         || Error::StoppedAt(format!("{what} stopped before its end, as asked; nothing was kept"));
                     tokio::select! {
                         // Whatever ended it, a stop asked for is the answer (its own stop checks say other words).
-                        result = work() => if interrupt::stop_requested() { Err(stopped()) } else { result },
-                        () = interrupt::stopped() => Err(stopped()),
+                        result = work() => if stop_token().requested() { Err(stopped()) } else { result },
+                        () = stop_token().stopped() => Err(stopped()),
                     }
                 }),
             };
@@ -260,7 +267,7 @@ where
         let got = py.detach(|| lock(&rx).recv_timeout(TICK));
         let raised = [py.check_signals().err(), collector.tick(py, on_event).err()];
         for e in raised.into_iter().flatten() {
-            interrupt::request_stop();
+            stop_token().request();
             if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
                 failure.get_or_insert(e);
                 continue;
@@ -381,7 +388,7 @@ fn run(
         (None, true) => WorkPlanChoice::Off,
         (None, false) => WorkPlanChoice::Beside,
     };
-    let settings = RunOptions { restart, device, plans, sets, ..RunOptions::default() };
+    let settings = RunOptions { restart, device, plans, sets, stop: stop_token().clone(), ..RunOptions::default() };
     let reporter = Arc::clone(&collector);
     let report = wait(py, &collector, on_event.as_ref(), OnStop::Commit, move || async move {
         embedding_pipeline::ops::run_job(&statements, &settings, &*reporter).await
@@ -434,7 +441,12 @@ impl Session {
     #[new]
     #[pyo3(signature = (sets=None, device=None))]
     fn new(py: Python<'_>, sets: Option<Vec<(String, String)>>, device: Option<String>) -> PyResult<Self> {
-        let settings = RunOptions { device, sets: checked_sets(sets.unwrap_or_default())?, ..RunOptions::default() };
+        let settings = RunOptions {
+            device,
+            sets: checked_sets(sets.unwrap_or_default())?,
+            stop: stop_token().clone(),
+            ..RunOptions::default()
+        };
         let collector = Collector::default();
         let session = wait(py, &collector, None, OnStop::Abandon("starting the session".into()), move || async move {
             embedding_pipeline::ops::run::job_session(&settings).await
@@ -559,7 +571,7 @@ fn embed(py: Python<'_>, texts: Vec<String>, model: Option<String>, device: Opti
     }
     let collector = Collector::default();
     let embedded = wait(py, &collector, None, OnStop::Abandon("embed".into()), move || async move {
-        embedding_pipeline::ops::embed::embed_texts(texts, &options).await
+        embedding_pipeline::ops::embed::embed_texts(texts, &options, stop_token()).await
     })?;
     let dim = embedded.fingerprint.dim;
     let values = Float32Array::from(embedded.vectors);
@@ -667,6 +679,7 @@ fn verify(
 ) -> PyResult<String> {
     use embedding_pipeline::ops::verify::VerifyOptions;
     let mut args = VerifyOptions::new(dataset);
+    args.stop = stop_token().clone();
     args.job = job;
     args.vars = vars.unwrap_or_default();
     checked_vars(&args.vars)?;

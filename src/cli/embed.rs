@@ -15,6 +15,7 @@ use super::printer::{Printer, err};
 
 use embedding_pipeline::ops::embed::embed_texts;
 use embedding_pipeline::options::EmbedOptions;
+use embedding_pipeline::process::interrupt::StopToken;
 
 /// One line of output.
 #[derive(Serialize)]
@@ -88,7 +89,8 @@ pub async fn run(args: EmbedArgs, printer: Printer) -> anyhow::Result<ExitStatus
     if let Some(device) = device {
         options.device = device;
     }
-    let embedded = embed_texts(texts, &options).await?;
+    // No signal handler: ctrl-C ends `pipeline embed` at once, as nothing is written.
+    let embedded = embed_texts(texts, &options, &StopToken::new()).await?;
     err!(printer, "fingerprint: {}", embedded.fingerprint.to_json());
     let mut out = std::io::BufWriter::new(printer.stdout());
     for (index, vector) in embedded.rows().enumerate() {

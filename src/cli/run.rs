@@ -20,6 +20,7 @@ use embedding_pipeline::campaign::metrics::{HostShare, usable_cores};
 use embedding_pipeline::model::EmbedStats;
 use embedding_pipeline::ops::run::{ModelNote, RunReport, WriteProgress};
 use embedding_pipeline::ops::{Reporter, RunOptions, WorkPlanChoice};
+use embedding_pipeline::process::interrupt::StopToken;
 
 /// `pipeline run`'s arguments. Its job files and `-c` statements arrive apart, in the order given (see
 /// [`super::parse`]).
@@ -54,7 +55,8 @@ pub struct RunArgs {
 /// summary.
 pub async fn run(args: RunArgs, inputs: &[Input], printer: Printer) -> anyhow::Result<ExitStatus> {
     args.runtime.apply();
-    stop_on_signals(StopSays::Committing, printer);
+    let stop = StopToken::new();
+    stop_on_signals(StopSays::Committing, printer, stop.clone());
     let plans = match (args.plan, args.no_plan) {
         (Some(dir), _) => WorkPlanChoice::Dir(dir),
         (None, true) => WorkPlanChoice::Off,
@@ -63,7 +65,7 @@ pub async fn run(args: RunArgs, inputs: &[Input], printer: Printer) -> anyhow::R
     if inputs.is_empty() {
         anyhow::bail!("give a job file, - for a job on standard input, or -c 'SQL'");
     }
-    let (statements, settings) = job(inputs, args.settings, args.output, args.restart, plans, printer)?;
+    let (statements, settings) = job(inputs, args.settings, args.output, args.restart, plans, stop, printer)?;
     let printer = settings.printer;
     let reporter = JobDisplay::new(&settings);
     let report = embedding_pipeline::ops::run_job(&statements, &settings.job, &reporter).await?;
@@ -93,6 +95,7 @@ pub fn job(
     output: Output,
     restart: bool,
     plans: WorkPlanChoice,
+    stop: StopToken,
     printer: Printer,
 ) -> anyhow::Result<(Vec<JobStatement>, CommandSettings)> {
     let vars = settings.vars.parse()?;
@@ -117,6 +120,7 @@ pub fn job(
             None => None,
         },
         cluster: settings.cluster,
+        stop,
     };
     let printer = printer.notes_on_stderr(output.format != display::Format::Table);
     Ok((statements, CommandSettings { job, style, printer }))

@@ -21,7 +21,7 @@ use super::run::{CommandSettings, JobDisplay, job};
 use super::signals::{StopSays, at_prompt, remember_terminal, stop_on_signals};
 use embedding_pipeline::ops::run::{job_session, run_labelled};
 use embedding_pipeline::ops::script::{ends_statement, split_statements};
-use embedding_pipeline::process::interrupt;
+use embedding_pipeline::process::interrupt::StopToken;
 use embedding_pipeline::session::EmbedSession;
 
 const PROMPT: &str = "pipeline> ";
@@ -46,10 +46,11 @@ pub async fn run(args: SqlArgs, printer: Printer) -> anyhow::Result<ExitStatus> 
     let SqlArgs { files, settings, output, runtime } = args;
     runtime.apply();
     let inputs: Vec<_> = files.into_iter().map(Input::from_arg).collect();
+    let stop = StopToken::new();
     let (setup, settings) =
-        job(&inputs, settings, output, false, embedding_pipeline::ops::WorkPlanChoice::Beside, printer)?;
+        job(&inputs, settings, output, false, embedding_pipeline::ops::WorkPlanChoice::Beside, stop.clone(), printer)?;
     // ctrl-C during any write (the set-up's too) commits what is embedded and stops that statement.
-    stop_on_signals(StopSays::Committing, printer);
+    stop_on_signals(StopSays::Committing, printer, stop);
     let session = job_session(&settings.job).await?;
     let mut json_sources = Vec::new();
     for s in &setup {
@@ -122,11 +123,11 @@ async fn interactive(
                 for stmt in statements {
                     let s = JobStatement { source: String::new(), stmt };
                     // A ctrl-C that came after the last statement ended is not for this one.
-                    interrupt::clear_stop();
+                    session.stop().clear();
                     let result =
                         run_labelled(session, &s, &settings.job.plans, json_sources, &JobDisplay::new(settings)).await;
-                    let stopped = interrupt::stop_requested();
-                    interrupt::clear_stop();
+                    let stopped = session.stop().requested();
+                    session.stop().clear();
                     if let Err(e) = result {
                         err!(printer, "error: {}", e.chain_text());
                         break;

@@ -1,6 +1,8 @@
 //! ctrl-C and SIGTERM: the first asks the running command to stop as it can (a write commits what it has), a
 //! second exits at once; at `pipeline sql`'s prompt, where nothing runs, a SIGTERM ends the shell.
 
+use embedding_pipeline::process::interrupt::StopToken;
+
 use super::printer::{Printer, err};
 
 /// Whether `pipeline sql` waits at its prompt, where a SIGTERM ends it at once (nothing is running, and its
@@ -35,14 +37,14 @@ pub enum StopSays {
 /// A second signal this soon after the first is the same stop delivered twice.
 const SAME_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// First ctrl-C or SIGTERM: ask writes to commit what they have and stop. Second, a second or more after the first:
-/// exit at once. A SIGTERM
-/// at `pipeline sql`'s prompt, where nothing runs, exits at once.
+/// First ctrl-C or SIGTERM: ask the work `stop` travels with (the command's session) to commit what it has and stop.
+/// Second, a second or more after the first: exit at once. A SIGTERM at `pipeline sql`'s prompt, where nothing
+/// runs, exits at once.
 ///
 /// The signals are watched on a thread of their own, so that a second one is answered even while the
 /// main runtime is busy or shutting down. Returns once they are watched (or that failed and was said), so that
 /// a signal sent after anything the command prints is never met by the default action.
-pub fn stop_on_signals(says: StopSays, printer: Printer) {
+pub fn stop_on_signals(says: StopSays, printer: Printer, stop: StopToken) {
     let (ready, watching) = std::sync::mpsc::channel::<()>();
     let watcher = move || -> std::io::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -69,7 +71,7 @@ pub fn stop_on_signals(says: StopSays, printer: Printer) {
                     unsafe { libc::_exit(143) }
                 }
                 // The first since the last stop was honoured (pipeline sql clears it after each statement).
-                if !embedding_pipeline::process::interrupt::stop_requested() {
+                if !stop.requested() {
                     match says {
                         StopSays::Committing => err!(
                             printer,
@@ -77,7 +79,7 @@ pub fn stop_on_signals(says: StopSays, printer: Printer) {
                         ),
                         StopSays::NothingToCommit => err!(printer, "stopping (press ctrl-C again to exit at once)"),
                     }
-                    embedding_pipeline::process::interrupt::request_stop();
+                    stop.request();
                     asked = Some(std::time::Instant::now());
                 } else if asked.is_some_and(|t| t.elapsed() < SAME_STOP) {
                     continue;

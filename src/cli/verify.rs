@@ -13,6 +13,7 @@ use embedding_pipeline::campaign::DeviceInfo;
 use embedding_pipeline::ops::Reporter;
 use embedding_pipeline::ops::compare::examples;
 use embedding_pipeline::ops::verify::{SampleFindings, VerifyReport, save, verify};
+use embedding_pipeline::process::interrupt::StopToken;
 
 /// `pipeline verify`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -77,14 +78,15 @@ pub async fn run(args: VerifyArgs, printer: Printer) -> anyhow::Result<ExitStatu
         device,
         id_column: columns.id_column,
         column: columns.column,
+        stop: StopToken::new(),
     };
-    stop_on_signals(StopSays::NothingToCommit, printer);
+    stop_on_signals(StopSays::NothingToCommit, printer, args.stop.clone());
     let stages = Stages { printer };
     let result = tokio::select! {
         r = verify(&args, &stages) => r.map_err(anyhow::Error::from),
-        () = embedding_pipeline::process::interrupt::stopped() => Err(anyhow!("stopped")),
+        () = args.stop.stopped() => Err(anyhow!("stopped")),
     };
-    if embedding_pipeline::process::interrupt::stop_requested() {
+    if args.stop.requested() {
         let stopped = anyhow!("{}: verify stopped before its end, as asked; no result was saved", args.dataset);
         return Ok(ExitStatus::Stopped.with_error(printer, stopped));
     }

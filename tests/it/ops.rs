@@ -112,6 +112,28 @@ fn counts(batches: &[RecordBatch]) -> (i64, i64) {
     (b.column(0).as_primitive::<Int64Type>().value(0), b.column(1).as_primitive::<Int64Type>().value(0))
 }
 
+/// A stop travels with the job it was given to (its session's token), not with the process: a job asked to stop ends
+/// before its first statement and writes nothing, while another job running beside it, with a token of its own,
+/// writes every row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_reaches_its_own_job_and_no_other() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    corpus(a.path(), 40);
+    corpus(b.path(), 40);
+    let stopped = RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() };
+    let other = RunOptions { plans: WorkPlanChoice::Off, ..RunOptions::default() };
+    stopped.stop.request();
+    let job_a = JobStatement::all_of("a.sql", &job(a.path())).unwrap();
+    let job_b = JobStatement::all_of("b.sql", &job(b.path())).unwrap();
+    let (ra, rb) = tokio::join!(run_job(&job_a, &stopped, &Silent), run_job(&job_b, &other, &Silent));
+    let err = ra.unwrap_err();
+    assert!(matches!(&err, Error::StoppedAt(m) if m.starts_with("a.sql: stopped before statement")), "{err:?}");
+    assert!(!a.path().join("out.lance").exists());
+    let report = rb.unwrap();
+    assert_eq!(report.rows_written(), 40, "{:?}", report.writes);
+    assert!(!other.stop.requested());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_runs_and_resumes_through_the_library_with_a_typed_report() {
     let tmp = tempfile::tempdir().unwrap();
@@ -337,12 +359,14 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
 
     // Texts embedded directly: the same vectors as the dataset's, under the same fingerprint.
     let options = embedding_pipeline::EmbedOptions::default().with_model(model_dir().display().to_string());
-    let direct =
-        embedding_pipeline::ops::embed::embed_texts(vec!["a talking dog".into(), "x".into()], &options).await.unwrap();
+    let stop = embedding_pipeline::process::interrupt::StopToken::new();
+    let direct = embedding_pipeline::ops::embed::embed_texts(vec!["a talking dog".into(), "x".into()], &options, &stop)
+        .await
+        .unwrap();
     assert_eq!((direct.fingerprint.dim, direct.rows().count()), (384, 2));
     let norm: f32 = direct.rows().next().unwrap().iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!((norm - 1.0).abs() < 1e-5, "{norm}");
-    let err = embedding_pipeline::ops::embed::embed_texts(Vec::new(), &options).await.unwrap_err();
+    let err = embedding_pipeline::ops::embed::embed_texts(Vec::new(), &options, &stop).await.unwrap_err();
     assert!(matches!(&err, Error::Refused(m) if m.starts_with("no texts")), "{err:?}");
 
     // The job as a template, its folder given as a variable (`--var`).
@@ -357,6 +381,7 @@ async fn a_dataset_verified_checked_and_reported_through_the_library() {
         device: None,
         id_column: None,
         column: "embedding".into(),
+        stop: Default::default(),
     };
     let recorder = Recorder::default();
     let report = verify(&args, &recorder).await.unwrap();

@@ -3,7 +3,8 @@
 //! The crate is laid out by the outside library each part talks to:
 //! - [`campaign`]: the fingerprint that makes vectors comparable, per-run records, the work plan, and what a session
 //!   has done so far ([`campaign::metrics`]).
-//! - [`process`]: the request to stop (ctrl-C, SIGTERM) and the process's memory.
+//! - [`process`]: a session's request to stop ([`process::interrupt::StopToken`], which ctrl-C and SIGTERM make) and
+//!   the process's memory.
 //! - [`search`]: a dataset's nearest rows to a query embedded under its fingerprint (`pipeline search`,
 //!   `embed_search()`).
 //! - [`uri`]: which locations this build reads and writes (local paths, `s3://`).

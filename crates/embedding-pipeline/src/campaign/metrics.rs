@@ -10,6 +10,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 use crate::campaign::RunRecord;
 use crate::campaign::work_plan::WorkPlanInUse;
 use crate::campaign::{DeviceInfo, EmbedStats};
+use crate::process::interrupt::StopToken;
 
 /// One finished write into a Lance dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +91,8 @@ pub fn usable_cores() -> usize {
 /// Counters shared by the `embed` function and the Lance sinks of one session.
 #[derive(Debug, Default)]
 pub struct RunMetrics {
+    /// The session's request to stop, which everything holding these counters honours (see [`StopToken`]).
+    stop: StopToken,
     /// Texts and useful tokens done so far, updated after every model call (for progress display).
     live_docs: std::sync::atomic::AtomicU64,
     live_tokens: std::sync::atomic::AtomicU64,
@@ -131,6 +134,16 @@ impl Drop for EmbeddingStream {
 }
 
 impl RunMetrics {
+    /// Counters of a session that `stop` asks to stop.
+    pub fn stopped_by(stop: StopToken) -> Self {
+        Self { stop, ..Self::default() }
+    }
+
+    /// The session's request to stop.
+    pub fn stop(&self) -> &StopToken {
+        &self.stop
+    }
+
     /// Count texts and useful tokens as each model call finishes.
     pub fn record_progress(&self, docs: u64, useful_tokens: u64) {
         use std::sync::atomic::Ordering::Relaxed;

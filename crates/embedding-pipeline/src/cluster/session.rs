@@ -18,14 +18,20 @@ use crate::udf::embed_udfs;
 impl EmbedSession {
     /// A session whose queries run on the Ballista cluster whose scheduler is at `url` (`df://HOST:PORT`). The
     /// client plans (so the job's tables, options and fingerprint are its own); the executors embed. A cluster
-    /// started with keys (`pipeline cluster-keys`) needs the same `keys` here.
-    pub async fn on_cluster(url: &str, options: EmbedOptions, keys: Option<&ClusterKeys>) -> Result<Self> {
+    /// started with keys (`pipeline cluster-keys`) needs the same `keys` here. `stop` asks its writes to stop
+    /// (the client's side: it stops waiting and keeps the commits made).
+    pub async fn on_cluster(
+        url: &str,
+        options: EmbedOptions,
+        keys: Option<&ClusterKeys>,
+        stop: crate::process::interrupt::StopToken,
+    ) -> Result<Self> {
         use ballista::prelude::SessionContextExt;
         use ballista_core::extension::SessionConfigExt;
         options.check_all()?;
         super::check_reachable(url).map_err(datafusion::error::DataFusionError::from)?;
         super::check_keys_match(url, keys).await.map_err(datafusion::error::DataFusionError::from)?;
-        let metrics = Arc::new(RunMetrics::default());
+        let metrics = Arc::new(RunMetrics::stopped_by(stop));
         let host = crate::udf::embed::HostOptions::default();
         let mut builder = reading_state(&options, &metrics)?;
         let mut config = builder.config().take().unwrap_or_default();

@@ -546,7 +546,7 @@ pub async fn run(session: &crate::EmbedSession, target: &WriteTarget) -> Result<
             "the cluster's job failed, so nothing was committed and {uri} is as it was (its tasks' files are used by no \
              version); run the job again to embed what is missing, once the cause below is mended:\n{e}"
         )))?,
-        _ = crate::process::interrupt::stopped() => {
+        _ = session.stop().stopped() => {
             return Err(crate::Error::Cluster(format!(
                 "stopped: nothing was committed, so {uri} is as it was; the cluster may finish the job's tasks, whose \
                  files no version uses (run the job again to embed what is missing)"

@@ -34,7 +34,6 @@ use super::length_order::TOKENS;
 use crate::campaign::metrics::RunMetrics;
 use crate::model::CallSettings;
 use crate::model::tokenize::Tokenized;
-use crate::process::interrupt;
 use crate::udf::embed::{GivenTokens, counting_calls, with_tokens};
 
 /// The write path's `embed()` node; see the module docs.
@@ -145,9 +144,11 @@ impl ExecutionPlan for EmbedExec {
                 })
                 .try_flatten(),
         );
-        // No chunk is taken once a stop was asked for.
+        // No chunk is taken once the session was asked to stop (a node without its session's counters, on a
+        // cluster's executor, is stopped by the executor's end instead).
+        let stop = self.metrics.as_ref().map(|m| m.stop().clone()).unwrap_or_default();
         let chunks = futures::stream::poll_fn(move |cx| {
-            if interrupt::stop_requested() {
+            if stop.requested() {
                 return Poll::Ready(None);
             }
             chunks.poll_next_unpin(cx)

@@ -35,7 +35,6 @@ use crate::campaign::metrics::{RunMetrics, WriteReport, batch_bytes};
 use crate::campaign::{DeviceInfo, EmbedStats, FINGERPRINT_KEY, Fingerprint, RUN_RECORD_KEY, RunRecord};
 use crate::error::Error;
 use crate::options::EmbedOptions;
-use crate::process::interrupt;
 
 /// Writes a query's output into a Lance dataset, creating it or appending a new version.
 #[derive(Debug)]
@@ -310,7 +309,7 @@ impl DataSink for LanceSink {
                 }
                 Ok(None) | Err(_) => {}
             }
-            if stop_by.is_none() && interrupt::stop_requested() {
+            if stop_by.is_none() && self.metrics.stop().requested() {
                 // Only the embedding stage ends by itself at a stop; any other input is cut off at once.
                 let wait = if self.metrics.embedding_active() { STOP_WAIT } else { Duration::ZERO };
                 stop_by = Some(Instant::now() + wait);

@@ -5,6 +5,7 @@
 use crate::campaign::Fingerprint;
 use crate::model::TextEmbedder;
 use crate::options::EmbedOptions;
+use crate::process::interrupt::StopToken;
 use crate::{Error, Result};
 
 /// The vectors of some texts and the fingerprint they were made under.
@@ -23,17 +24,17 @@ impl Embeddings {
 }
 
 /// Embed `texts` under `options` (its model directory, device and settings); refused with no texts. A stop
-/// asked for ([`crate::process::interrupt`]) ends it before its next model call, with [`Error::Stopped`].
-pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions) -> Result<Embeddings> {
+/// asked for through `stop` ends it before its next model call, with [`Error::Stopped`].
+pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions, stop: &StopToken) -> Result<Embeddings> {
     if texts.is_empty() {
         return Err(Error::Refused("no texts to embed".into()));
     }
     let (settings, fingerprint) = Fingerprint::for_options(options)?;
-    let embedder = options.embedder()?;
+    let (embedder, stop) = (options.embedder()?, stop.clone());
     let embedded = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
         // A stop asked for (ctrl-C in a program) ends it before its next model call.
-        embedder.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::process::interrupt::stop_requested)
+        embedder.embed_with_progress(&refs, &settings, &|_, _| {}, &|| stop.requested())
     })
     .await??;
     Ok(Embeddings { fingerprint, vectors: embedded.vectors })

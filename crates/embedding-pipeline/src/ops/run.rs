@@ -22,7 +22,7 @@ use crate::lance::sink::{check_fingerprint, fingerprint_of_columns};
 use crate::lance::target::{WriteTarget, open_existing, write_target};
 use crate::ops::script::{JobStatement, Statement, parse_all};
 use crate::options::EmbedOptions;
-use crate::process::interrupt;
+use crate::process::interrupt::StopToken;
 use crate::session::EmbedSession;
 
 /// Which plan (`pipeline plan`) a write executes.
@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// The cluster's keys, for a cluster started with them.
     #[cfg(feature = "cluster")]
     pub cluster_keys: Option<crate::cluster::ClusterKeys>,
+    /// Asks the job to stop: its writes commit what they have, and no statement starts after it (a signal
+    /// handler holds a clone).
+    pub stop: StopToken,
 }
 
 /// What a job did, for its summary: the commits of its writes into Lance and the rows of its other writes,
@@ -144,7 +147,9 @@ pub async fn job_session(settings: &RunOptions) -> Result<EmbedSession> {
     }
     let session = match &settings.cluster {
         #[cfg(feature = "cluster")]
-        Some(url) => EmbedSession::on_cluster(url, options, settings.cluster_keys.as_ref()).await?,
+        Some(url) => {
+            EmbedSession::on_cluster(url, options, settings.cluster_keys.as_ref(), settings.stop.clone()).await?
+        }
         #[cfg(not(feature = "cluster"))]
         Some(url) => {
             return Err(Error::Cluster(format!(
@@ -152,7 +157,7 @@ pub async fn job_session(settings: &RunOptions) -> Result<EmbedSession> {
                  feature); use the `pipeline` command, which has it"
             )));
         }
-        None => EmbedSession::with_options(options)?,
+        None => EmbedSession::stopped_by(options, settings.stop.clone())?,
     };
     for (key, value) in &settings.sets {
         // Through SQL, as a job's own SET: the same checks, and embed() follows a new embed.model.
@@ -201,7 +206,7 @@ pub async fn run_in(
     let started = Instant::now();
     let mut json_sources = Vec::new();
     for s in statements {
-        if interrupt::stop_requested() {
+        if session.stop().requested() {
             return Err(Error::StoppedAt(format!(
                 "{}: stopped before statement {} (line {})",
                 s.source, s.stmt.index, s.stmt.line
@@ -355,7 +360,7 @@ async fn run_statement(
         report_write(session, writes_before, planned.as_ref().map(|p| p.plan.as_ref()), reporter);
         return Ok(());
     }
-    show_result(stream, reporter).await
+    show_result(stream, session.stop(), reporter).await
 }
 
 /// Where a write into anything but Lance goes (COPY … STORED AS PARQUET, an INSERT into a file table): DataFusion's
@@ -432,11 +437,12 @@ async fn count_file_write(
 /// Hand a query's result to the reporter, batch by batch, until it ends or the reporter has seen enough.
 async fn show_result(
     mut stream: datafusion::execution::SendableRecordBatchStream,
+    stop: &StopToken,
     reporter: &dyn Reporter,
 ) -> Result<()> {
     let schema = stream.schema();
     while let Some(batch) = stream.next().await {
-        if interrupt::stop_requested() {
+        if stop.requested() {
             return Err(Error::StoppedAt("stopped".into()));
         }
         if reporter.query_rows(&batch?)?.is_break() {

@@ -31,6 +31,7 @@ use crate::lance::{open_dataset, quote_ident};
 use crate::model::TextEmbedder;
 use crate::ops::compare::{cosine_and_max_diff, examples};
 use crate::ops::inspect::id_counts;
+use crate::process::interrupt::StopToken;
 use crate::{Error, Result};
 
 /// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
@@ -58,6 +59,8 @@ pub struct VerifyOptions {
     /// The id column (default: the one the dataset was written with, else `id`).
     pub id_column: Option<String>,
     pub column: String,
+    /// Asks the sample's re-embedding to stop before its next model call (a signal handler holds a clone).
+    pub stop: StopToken,
 }
 
 impl VerifyOptions {
@@ -80,6 +83,7 @@ impl VerifyOptions {
             device: None,
             id_column: None,
             column: "embedding".into(),
+            stop: StopToken::new(),
         }
     }
 
@@ -746,10 +750,10 @@ async fn compare_sample(
 ) -> Result<SampleFindings> {
     let Drawn { rows, strata, embedder, settings, model_dir, made_on } = d;
     let texts: Vec<String> = rows.iter().map(|r| r.text.clone()).collect();
-    let e = Arc::clone(&embedder);
+    let (e, stop) = (Arc::clone(&embedder), args.stop.clone());
     let vectors = tokio::task::spawn_blocking(move || {
         let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        e.embed_with_progress(&refs, &settings, &|_, _| {}, &crate::process::interrupt::stop_requested)
+        e.embed_with_progress(&refs, &settings, &|_, _| {}, &|| stop.requested())
     })
     .await??;
     let dim = if rows.is_empty() { 1 } else { vectors.vectors.len() / rows.len() };

@@ -18,6 +18,7 @@ use crate::exec::guard::CheckedPlanner;
 use crate::exec::resume::ResumeRule;
 use crate::lance::{LanceFormatFactory, LanceTableFactory};
 use crate::options::{EmbedConfig, EmbedOptions};
+use crate::process::interrupt::StopToken;
 use crate::udf::embed_udfs;
 use sources::{CsvTableFactory, JsonTableFactory};
 use stores::StoreRegistry;
@@ -41,8 +42,14 @@ impl EmbedSession {
 
     /// A session starting from these `embed.*` options (SQL `SET` can still change them).
     pub fn with_options(options: EmbedOptions) -> Result<Self> {
+        Self::stopped_by(options, StopToken::new())
+    }
+
+    /// [`EmbedSession::with_options`], asked to stop by `stop` (which a signal handler holds): its writes commit
+    /// what they have and end, and no model call starts.
+    pub fn stopped_by(options: EmbedOptions, stop: StopToken) -> Result<Self> {
         options.check_all()?;
-        let metrics = Arc::new(RunMetrics::default());
+        let metrics = Arc::new(RunMetrics::stopped_by(stop));
         let mut state = reading_state(&options, &metrics)?
             .with_physical_optimizer_rule(Arc::new(EmbedWriteRule::new(Arc::clone(&metrics))))
             .with_query_planner(Arc::new(CheckedPlanner::new(Arc::clone(&metrics))))
@@ -62,6 +69,11 @@ impl EmbedSession {
     #[cfg(feature = "cluster")]
     pub(crate) fn from_parts(ctx: SessionContext, metrics: Arc<RunMetrics>, cluster: Option<String>) -> Self {
         Self { ctx, metrics, cluster }
+    }
+
+    /// The session's request to stop.
+    pub fn stop(&self) -> &StopToken {
+        self.metrics.stop()
     }
 
     /// The cluster (`df://HOST:PORT`) this session's queries run on; `None` when they run here.

@@ -26,7 +26,6 @@ use crate::model::CallSettings;
 use crate::model::tokenize::Tokenized;
 use crate::model::{EmbedStats, TextEmbedder};
 use crate::options::EmbedOptions;
-use crate::process::interrupt;
 
 /// The vector type a fingerprint describes: `dim` elements of its `dtype` (float32 or float16).
 pub fn vector_type(fingerprint: &Fingerprint) -> DataType {
@@ -319,7 +318,7 @@ fn embed_array(
     let dim = resolved.fingerprint.dim;
     let values = string_values(texts)?;
     let progress = |docs, tokens| metrics.record_progress(docs, tokens);
-    let stop = interrupt::stop_requested;
+    let stop = || metrics.stop().requested();
     metrics.record_call_started();
     let out = embedder.embed_tokenized(&values, given, &resolved.settings, &progress, &stop).map_err(|e| match e {
         crate::Error::BlankText { row } => {
