@@ -23,7 +23,7 @@ pub struct Output {
 
 /// What a job's session starts from: options and variables (`pipeline run` and `pipeline sql`).
 #[derive(Debug, Clone, clap::Args)]
-pub struct JobSettings {
+pub struct JobArgs {
     /// Where the model runs: cpu, cuda, cuda:N or cuda:N,M (sets embed.device; a SET in the job wins).
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,

@@ -10,7 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::ExitStatus;
-use super::args::{JobSettings, Output, Runtime};
+use super::args::{JobArgs, Output, Runtime};
 use super::display::{self, ResultStyle, ResultWriter};
 use super::job_input::{self, Input, JobStatement};
 use super::printer::{ClosedPipeExit, Printer, err, note};
@@ -33,7 +33,7 @@ pub struct RunArgs {
     #[arg(short = 'c', long = "command", value_name = "SQL")]
     commands: Vec<String>,
     #[command(flatten)]
-    settings: JobSettings,
+    settings: JobArgs,
     #[command(flatten)]
     output: Output,
     /// Start every Lance output over: embed all rows again and commit them as a new version that
@@ -91,7 +91,7 @@ pub struct CommandSettings {
 /// A job's statements, variables filled, and the settings it runs with (`pipeline run` and `pipeline sql`).
 pub fn job(
     inputs: &[Input],
-    settings: JobSettings,
+    settings: JobArgs,
     output: Output,
     restart: bool,
     plans: WorkPlanChoice,

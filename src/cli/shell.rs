@@ -14,7 +14,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
 use super::ExitStatus;
-use super::args::{JobSettings, Output, Runtime};
+use super::args::{JobArgs, Output, Runtime};
 use super::job_input::{Input, JobStatement};
 use super::printer::{Printer, err, out};
 use super::run::{CommandSettings, JobDisplay, job};
@@ -34,7 +34,7 @@ pub struct SqlArgs {
     #[arg(value_name = "FILE")]
     files: Vec<PathBuf>,
     #[command(flatten)]
-    settings: JobSettings,
+    settings: JobArgs,
     #[command(flatten)]
     output: Output,
     #[command(flatten)]

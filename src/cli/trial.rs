@@ -18,7 +18,7 @@ pub struct TrialArgs {
     #[command(flatten)]
     vars: JobVars,
     #[command(flatten)]
-    trial: TrialFlags,
+    trial: TrialSampleArgs,
     /// Print trial.json.
     #[arg(long)]
     json: bool,
@@ -28,7 +28,7 @@ pub struct TrialArgs {
 
 /// What `pipeline trial` is asked beside its job: the library's [`embedding_pipeline::ops::trial::TrialOptions`].
 #[derive(Debug, Clone, clap::Args)]
-pub struct TrialFlags {
+pub struct TrialSampleArgs {
     /// Embedding time the sample should take, minutes (sized by the warm-up's rate).
     #[arg(long, default_value_t = embedding_pipeline::ops::trial::TrialOptions::DEFAULT_MINUTES, conflicts_with = "sample")]
     minutes: f64,
@@ -54,7 +54,7 @@ pub struct TrialFlags {
     name: Option<String>,
 }
 
-impl TrialFlags {
+impl TrialSampleArgs {
     /// The library's arguments: these, for the job `file` with its variables.
     fn args(self, file: PathBuf, vars: &JobVars) -> anyhow::Result<embedding_pipeline::ops::trial::TrialOptions> {
         let Self { minutes, sample, save, reference, memory_budget, no_probe, name } = self;
