@@ -20,7 +20,7 @@ use crate::model::tokenize::TextTokenizer;
 use crate::model::{Device, DeviceInfo, ModelSpec, Placement, gpu, runtime};
 
 /// The inputs the pipeline makes for a graph: it feeds those of them the graph declares.
-pub(super) const FED: [&str; 4] = ["input_ids", "attention_mask", "token_type_ids", "position_ids"];
+const FED: [&str; 4] = ["input_ids", "attention_mask", "token_type_ids", "position_ids"];
 
 /// Which graph output carries the result. fp16 outputs are converted to float32 before pooling.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,14 +205,14 @@ impl Io {
 
 impl Worker {
     /// A worker for `session`, fed through pinned memory when it runs on GPU `gpu`.
-    pub(super) fn new(device: String, session: Session, gpu: Option<i32>) -> Result<Self> {
+    fn new(device: String, session: Session, gpu: Option<i32>) -> Result<Self> {
         let feed = Feed::new(&session, gpu)?;
         Ok(Self { device, bound: Mutex::new(BoundSession { session, feed }), calls: AtomicU64::new(0) })
     }
 }
 
 /// For the run record of a GPU run: where the workers' inputs are written (see [`InputMemory::record`]).
-pub(super) fn input_memory(workers: &[Worker]) -> String {
+fn input_memory(workers: &[Worker]) -> String {
     let memories: Vec<InputMemory> =
         workers.iter().map(|w| w.bound.lock().unwrap_or_else(|e| e.into_inner()).feed.memory().clone()).collect();
     let record = InputMemory::record(&memories);
@@ -245,7 +245,7 @@ impl Graph {
     }
 
     /// The pooled graph when the model has a `last_hidden_state` output and can take the pooling nodes.
-    pub(super) fn load(spec: &ModelSpec) -> Result<Self> {
+    fn load(spec: &ModelSpec) -> Result<Self> {
         let bytes =
             std::fs::read(&spec.onnx_path).map_err(|e| spec.onnx_error(format!("cannot read: {e}")).because(e))?;
         let bad = |m: String| spec.onnx_error(m);
@@ -267,7 +267,7 @@ pub(super) fn prompt_pooled(settings: &CallSettings) -> bool {
 
 /// One ONNX Runtime session for the model, on the CPU or on GPU `gpu`; profiling into `profile` (a
 /// file-name prefix) when given.
-pub(super) fn build_session(
+fn build_session(
     spec: &ModelSpec,
     graph: &Graph,
     placement: &Placement,

@@ -16,6 +16,7 @@ use crate::lance::records::fingerprint_of_dataset;
 use crate::lance::records::{existing_versions, version_records};
 use crate::lance::verify::outside_writes;
 use crate::lance::{lance_err, open_dataset};
+use crate::model::fit::thousands;
 use crate::{Error, Result};
 
 /// One commit of the dataset, as the page shows it.
@@ -114,11 +115,6 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// A count with thousands separators.
-fn count(n: u64) -> String {
-    crate::model::fit::thousands(n)
-}
-
 fn head(page: &mut String, title: &str) {
     let _ = write!(
         page,
@@ -160,15 +156,15 @@ fn summary(
          <tr><th>devices</th><td>{}</td></tr><tr><th>last verify</th><td>{}</td></tr></table>",
         esc(uri),
         commits.len(),
-        count(rows),
+        thousands(rows),
         fp.map_or("none (not written by embed())".into(), |f| esc(&format!(
             "{} ({}, {} dims)",
             f.model, f.model_dtype, f.dim
         ))),
-        count(useful),
+        thousands(useful),
         if processed > 0 { 100.0 * useful as f64 / processed as f64 } else { 0.0 },
         super::cost::duration(wall),
-        if wall > 0.0 { count((useful as f64 / wall) as u64) } else { "n/a".into() },
+        if wall > 0.0 { thousands((useful as f64 / wall) as u64) } else { "n/a".into() },
         esc(&devices.join("; ")),
         match verified {
             Some(v) => verdict(v, version),
@@ -227,14 +223,14 @@ fn plan_section(page: &mut String, plan: Option<(&WorkPlan, &Path)>) -> Result<(
         esc(&dir.display().to_string()),
         esc(&plan.created),
         inline_svg(&svg),
-        count(t.rows),
-        count(t.documents),
-        count(t.null_texts),
-        count(t.tokens_before_truncation),
-        count(t.useful_tokens),
-        count(t.truncated_documents),
+        thousands(t.rows),
+        thousands(t.documents),
+        thousands(t.null_texts),
+        thousands(t.tokens_before_truncation),
+        thousands(t.useful_tokens),
+        thousands(t.truncated_documents),
         100.0 * h.documents_over_limit,
-        count(t.dropped_tokens),
+        thousands(t.dropped_tokens),
         100.0 * h.tokens_over_limit,
         t.max_tokens
     );
@@ -274,11 +270,11 @@ fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
                      <td class=\"n\">{:.1}%</td><td class=\"n\">{}</td><td class=\"n\">{:.1} s</td><td>{}</td><td>{}</td></tr>",
                     c.version,
                     esc(&c.timestamp),
-                    count(r.rows_written),
-                    count(r.useful_tokens),
-                    count(r.useful_tokens_per_second as u64),
+                    thousands(r.rows_written),
+                    thousands(r.useful_tokens),
+                    thousands(r.useful_tokens_per_second as u64),
                     100.0 * r.padding_efficiency,
-                    count(r.truncated_documents),
+                    thousands(r.truncated_documents),
                     r.wall_seconds,
                     esc(&r.device.as_ref().map_or(String::new(), |d| format!("{} ({})", d.device, d.provider))),
                     match (r.interrupted, r.last_commit) {
@@ -333,7 +329,7 @@ fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<St
                 }
                 _ => String::new(),
             })
-            .y_label_formatter(&|y| if top >= 10.0 { count(*y as u64) } else { format!("{y:.2}") })
+            .y_label_formatter(&|y| if top >= 10.0 { thousands(*y as u64) } else { format!("{y:.2}") })
             .light_line_style(WHITE)
             .y_desc(unit)
             .label_style(("sans-serif", 13))
@@ -370,7 +366,7 @@ fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Op
              <td class=\"n\">{}</td><td>{}</td></tr>",
             esc(&t.name),
             esc(&format!("{} ({})", t.device.device, t.device.provider)),
-            count(t.prediction.useful_tokens_per_second as u64),
+            thousands(t.prediction.useful_tokens_per_second as u64),
             amount(t.prediction.seconds / 3600.0),
             amount(t.prediction.low_seconds / 3600.0),
             amount(t.prediction.high_seconds / 3600.0),
@@ -404,12 +400,12 @@ fn verify_section(page: &mut String, v: Option<&VerifyReport>, uri: &str, shown:
         page,
         "<p>{} ({} rows, {:.1} s). Ids: {} distinct, {} held more than once{}.</p>",
         verdict(v, shown),
-        count(v.rows),
+        thousands(v.rows),
         v.seconds,
-        count(v.ids.distinct),
-        count(v.ids.duplicated),
+        thousands(v.ids.distinct),
+        thousands(v.ids.duplicated),
         match (v.ids.missing, v.ids.extra) {
-            (Some(m), Some(e)) => format!("; against the corpus: {} missing, {} extra", count(m), count(e)),
+            (Some(m), Some(e)) => format!("; against the corpus: {} missing, {} extra", thousands(m), thousands(e)),
             _ => String::new(),
         }
     );
