@@ -13,7 +13,7 @@ use super::ExitStatus;
 use super::args::Runtime;
 use super::printer::{Printer, err};
 
-use embedding_pipeline::ops::embed::embed_texts;
+use embedding_pipeline::ops::embed::{embed_images, embed_texts};
 use embedding_pipeline::options::EmbedOptions;
 use embedding_pipeline::process::interrupt::StopToken;
 
@@ -61,6 +61,10 @@ pub struct EmbedArgs {
     /// More texts, from a JSON lines file: each line a JSON string or an object with a "text" field.
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
+    /// An image file to embed with an image-text model's vision tower (CLIP, SigLIP); repeat for more. Images
+    /// and texts are not mixed in one call.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["texts", "file"])]
+    image: Vec<PathBuf>,
     /// The model directory (default: the default model, as embed.model).
     #[arg(long, value_name = "DIR")]
     model: Option<String>,
@@ -74,13 +78,13 @@ pub struct EmbedArgs {
 /// Embed the texts and print one `{"index": i, "vector": […]}` line per text, in order, after the
 /// fingerprint they were made under (on standard error).
 pub async fn run(args: EmbedArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
-    let EmbedArgs { mut texts, file, model, device, runtime } = args;
+    let EmbedArgs { mut texts, file, image, model, device, runtime } = args;
     runtime.apply();
     if let Some(file) = file {
         texts.extend(read_texts(&file)?);
     }
-    if texts.is_empty() {
-        bail!("no texts: give them as arguments, or --file FILE (JSON lines)");
+    if texts.is_empty() && image.is_empty() {
+        bail!("no texts: give them as arguments, or --file FILE (JSON lines); or images with --image FILE");
     }
     let mut options = EmbedOptions::default();
     if let Some(model) = model {
@@ -90,7 +94,16 @@ pub async fn run(args: EmbedArgs, printer: Printer) -> anyhow::Result<ExitStatus
         options.device = device;
     }
     // No signal handler: ctrl-C ends `pipeline embed` at once, as nothing is written.
-    let embedded = embed_texts(texts, &options, &StopToken::new()).await?;
+    let embedded = if image.is_empty() {
+        embed_texts(texts, &options, &StopToken::new()).await?
+    } else {
+        let bytes = image
+            .iter()
+            .map(|p| std::fs::read(p).with_context(|| format!("cannot read {}", p.display())))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let names = image.iter().map(|p| p.display().to_string()).collect();
+        embed_images(bytes, names, &options, &StopToken::new()).await?
+    };
     err!(printer, "fingerprint: {}", embedded.fingerprint.to_json());
     let mut out = std::io::BufWriter::new(printer.stdout());
     for (index, vector) in embedded.rows().enumerate() {

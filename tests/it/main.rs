@@ -13,6 +13,7 @@ mod cluster;
 mod common;
 mod errors;
 mod evaluate;
+mod images;
 mod integrity;
 mod layout;
 mod lineage;

@@ -65,6 +65,10 @@ pub enum Error {
     #[error("the text at row {row} is blank (empty, or only whitespace or zero-width characters)")]
     BlankText { row: usize },
 
+    /// An image that cannot be embedded (empty, not an image, broken, too large), at a row of one call.
+    #[error("the image at row {row} {why}")]
+    BadImage { row: usize, why: String },
+
     /// An `embed.*` option has a value we cannot use.
     #[error("option embed.{key} = '{value}': {message}")]
     Option { key: String, value: String, message: String },

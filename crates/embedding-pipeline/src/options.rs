@@ -79,6 +79,11 @@ extensions_options! {
         pub allow_cpu_fallback: bool, default = false
         /// ONNX Runtime intra-op threads. 0 uses one per available core.
         pub intra_threads: usize, default = 0
+        /// Images (`embed_image`): most images in one model call.
+        pub batch_images: usize, default = 32
+        /// Images: the most pixels an image may have (width x height, read from its header before it is decoded);
+        /// a larger one is refused by its id, as a decompression bomb. The default is Pillow's own limit.
+        pub max_image_pixels: u64, default = crate::model::image::DEFAULT_MAX_PIXELS
         /// The memory a run may use (e.g. '8GiB'), as `pipeline probe` assumed it: the run records its peak
         /// and warns when it comes within 10%. Empty: none assumed.
         pub memory_budget: String, default = String::new()
@@ -235,6 +240,8 @@ impl EmbedOptions {
             "order_memory" => positive(self.order_memory as u64),
             "batch_tokens" => positive(self.batch_tokens as u64),
             "max_batch_rows" => positive(self.max_batch_rows as u64),
+            "batch_images" => positive(self.batch_images as u64),
+            "max_image_pixels" => positive(self.max_image_pixels),
             "device" => self.resolved_device().map(|_| ()),
             "memory_budget" if !self.memory_budget.is_empty() => self.memory_budget_bytes().map(|_| ()),
             "sessions_per_device" if self.sessions_per_device > 16 => {
@@ -422,6 +429,11 @@ impl EmbedOptions {
     /// The process's shared embedder for the model and placement these options name, loaded on first use.
     pub fn embedder(&self) -> Result<std::sync::Arc<Embedder>> {
         registry::get_or_load(&self.model_dir(), self.placement()?)
+    }
+
+    /// The shared vision tower of the image-text model these options name, loaded on first use.
+    pub fn vision_embedder(&self) -> Result<std::sync::Arc<crate::model::vision::VisionEmbedder>> {
+        crate::model::vision::get_or_load(&self.model_dir(), self.placement()?)
     }
 }
 

@@ -74,6 +74,14 @@ pub struct Fingerprint {
     /// `embed.prefix` applied). Absent from the JSON when false, as before it was recorded.
     #[serde(default, skip_serializing_if = "is_false")]
     pub prompt_unpooled: bool,
+    /// An image-text model's (CLIP's, SigLIP's) vision tower: sha256 of `onnx/vision_model.onnx`. Its text and
+    /// image vectors share one fingerprint, since they share one space. Absent for a text model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vision_sha256: String,
+    /// sha256 of that model's image processor config (how images are resized and normalised). Absent for a text
+    /// model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image_processor_sha256: String,
 }
 
 impl Fingerprint {
@@ -98,6 +106,14 @@ impl Fingerprint {
             lineage_sha256: lineage.as_ref().map(|l| l.sha256.clone()).unwrap_or_default(),
             dense_sha256: dense_sha256(spec)?,
             prompt_unpooled: !settings.pool_prefix && !settings.prefix.is_empty(),
+            vision_sha256: match &spec.image {
+                Some(_) => sha256_file(&spec.dir.join(crate::model::vision::VISION_FILE))?,
+                None => String::new(),
+            },
+            image_processor_sha256: match &spec.image {
+                Some(image) => sha256_file(&spec.dir.join(&image.processor_file))?,
+                None => String::new(),
+            },
         };
         let dir = std::path::absolute(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
         lineage::remember(
@@ -124,6 +140,25 @@ impl Fingerprint {
         let spec = ModelSpec::load(options.model_dir())?;
         let mut settings = options.call_settings(&spec.defaults())?;
         let prompt_name = options.apply_model_prompt(&spec, &mut settings)?;
+        // An image-text model pools inside its graph, and only such a model does.
+        let tower = settings.pooling.modes().contains(&crate::model::PoolingMode::Tower);
+        if tower != spec.image.is_some() || (tower && settings.pooling != spec.pooling) {
+            return Err(Error::Option {
+                key: "pooling".into(),
+                value: settings.pooling.name(),
+                message: match spec.image {
+                    Some(_) => format!(
+                        "the model {} is an image-text model, whose graph pools and projects by itself                          (pooler_output); leave embed.pooling empty",
+                        spec.name()
+                    ),
+                    None => format!(
+                        "pooler_output is an image-text model's own pooling; the model {} pools with {}",
+                        spec.name(),
+                        spec.pooling.name()
+                    ),
+                },
+            });
+        }
         let pooled = settings.pooling.out_dim(spec.token_dim);
         if let Some(dense) = spec.dense.first().filter(|d| d.in_features != pooled) {
             return Err(Error::Option {
@@ -367,6 +402,8 @@ mod tests {
             lineage_sha256: String::new(),
             dense_sha256: String::new(),
             prompt_unpooled: false,
+            vision_sha256: String::new(),
+            image_processor_sha256: String::new(),
         }
     }
 

@@ -446,7 +446,7 @@ fn expr_calls_embed(e: &Expr) -> bool {
     let mut found = false;
     let _ = e.apply(|x| {
         if let Expr::ScalarFunction(f) = x
-            && f.name() == "embed"
+            && (f.name() == "embed" || f.name() == "embed_image")
         {
             found = true;
             return Ok(TreeNodeRecursion::Stop);

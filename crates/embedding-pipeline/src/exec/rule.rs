@@ -83,10 +83,15 @@ pub fn chunked_embedding(
     let sessions = options.placement().map_or(1, |p| p.sessions());
     plan.transform_up(|node| {
         let Some(exec) = node.as_ref().downcast_ref::<AsyncFuncExec>() else { return Ok(Transformed::no(node)) };
-        let texts: Vec<_> = exec.async_exprs().iter().map(|e| embed_text_argument(&e.func)).collect();
-        if texts.iter().any(Option::is_none) {
+        let calls: Vec<_> = exec.async_exprs().iter().map(|e| embed_call(&e.func)).collect();
+        if calls.iter().any(Option::is_none) {
             return Ok(Transformed::no(node));
         }
+        // Images are not ordered by length: each costs the model the same.
+        let texts: Vec<_> = calls.into_iter().flatten().collect();
+        let planned = if texts.iter().any(Option::is_none) { None } else { planned.clone() };
+        let by_length = by_length && texts.iter().all(Option::is_some);
+        let chunk_rows = if texts.iter().any(Option::is_none) { options.batch_images.max(1) } else { chunk_rows };
         let mut input = Arc::clone(exec.input());
         if one_partition && input.output_partitioning().partition_count() > 1 {
             input = Arc::new(CoalescePartitionsExec::new(input));
@@ -117,8 +122,12 @@ pub fn chunked_embedding(
     .map(|t| t.data)
 }
 
-/// The text argument of an `embed(...)` call.
-fn embed_text_argument(func: &Arc<dyn PhysicalExpr>) -> Option<Arc<dyn PhysicalExpr>> {
+/// An `embed(text)` call (with its text argument) or an `embed_image(image)` call (None); None for any other.
+fn embed_call(func: &Arc<dyn PhysicalExpr>) -> Option<Option<Arc<dyn PhysicalExpr>>> {
     let f = func.as_ref().downcast_ref::<ScalarFunctionExpr>()?;
-    (f.name() == "embed").then(|| f.args().first().cloned()).flatten()
+    match f.name() {
+        "embed" => Some(Some(f.args().first().cloned()?)),
+        "embed_image" => Some(None),
+        _ => None,
+    }
 }

@@ -60,6 +60,9 @@ impl Embedder {
     /// Load the tokenizer and build the ONNX Runtime sessions the placement asks for, checking that the
     /// model's inputs and outputs are ones we can serve.
     pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
+        if let Some(why) = spec.image.as_ref().and_then(|i| i.text_refused.as_deref()) {
+            return Err(Error::model(&spec.dir, "", format!("texts cannot be embedded with this model: {why}")));
+        }
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
         let dense = spec.dense.iter().map(|d| Dense::load(d, &spec.dir)).collect::<Result<Vec<_>>>()?;
         check_vocabulary(&spec, &tokenizer)?;

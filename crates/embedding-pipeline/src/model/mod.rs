@@ -12,6 +12,8 @@
 //! - [`feed`] binds a batch's inputs (pinned memory on a GPU) and its one output to a session.
 //! - [`pooling`] turns token states into one vector per text; [`dense`] projects it (a Dense module).
 //! - [`reference`] holds a model's reference vectors (its `probe.json`), checked when it loads.
+//! - [`image`] decodes and prepares images as an image-text model's processor does; [`image_spec`] reads such a
+//!   model's directory; [`vision`] runs its vision tower.
 //! - [`fit`] divides a card's memory between a model and its calls (the 48 GB split).
 //! - [`settings`] are what shapes each model call, resolved by the caller.
 //! - [`sessions`] builds a model's ONNX Runtime sessions and checks its inputs and output; [`embedder`] runs the
@@ -26,6 +28,8 @@ pub mod embedder;
 pub mod feed;
 pub mod fit;
 pub mod gpu;
+pub mod image;
+pub mod image_spec;
 pub mod onnx_pooling;
 pub(crate) mod onnx_proto;
 pub mod onnx_weights;
@@ -38,6 +42,7 @@ pub mod sessions;
 pub mod settings;
 pub mod spec;
 pub mod tokenize;
+pub mod vision;
 
 pub use device::{CudaInfo, Device, DeviceInfo, Placement};
 pub use embedded::{EmbedStats, Embedded, TextEmbedder};

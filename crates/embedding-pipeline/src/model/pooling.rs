@@ -16,6 +16,9 @@ pub enum PoolingMode {
     WeightedMean,
     /// The last kept token's state: decoder embedders (Qwen3-Embedding, gte-Qwen2).
     LastToken,
+    /// An image-text model's own pooling and projection (CLIP's, SigLIP's `get_text_features`), inside its
+    /// exported graph, whose output is the vector: never chosen by name, never computed here.
+    Tower,
 }
 
 impl PoolingMode {
@@ -32,6 +35,7 @@ impl PoolingMode {
             Self::MeanSqrtLen => "mean_sqrt_len_tokens",
             Self::WeightedMean => "weightedmean",
             Self::LastToken => "lasttoken",
+            Self::Tower => "pooler_output",
         }
     }
 
@@ -44,12 +48,13 @@ impl PoolingMode {
             Self::MeanSqrtLen => "pooling_mode_mean_sqrt_len_tokens",
             Self::WeightedMean => "pooling_mode_weightedmean_tokens",
             Self::LastToken => "pooling_mode_lasttoken",
+            Self::Tower => "pooler_output",
         }
     }
 
     /// A mode by its sentence-transformers name (any case).
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.as_str().eq_ignore_ascii_case(s))
+        Self::ALL.into_iter().chain([Self::Tower]).find(|m| m.as_str().eq_ignore_ascii_case(s))
     }
 
     /// Pool one row into `out` (`dim` floats): `states` holds `mask.len()` token vectors of `dim` floats each.
@@ -58,7 +63,9 @@ impl PoolingMode {
         let token = |t: usize| &states[t * dim..(t + 1) * dim];
         match self {
             // The first kept token, as sentence-transformers takes it (argmax of the mask).
-            Self::Cls => out.copy_from_slice(token(kept().next().unwrap_or(0))),
+            // A graph with this pooling gives vectors, never token states (sessions::Io refuses others): the first
+            // position stands in, unused.
+            Self::Cls | Self::Tower => out.copy_from_slice(token(kept().next().unwrap_or(0))),
             Self::LastToken => match kept().next_back() {
                 Some(t) => out.copy_from_slice(token(t)),
                 // sentence-transformers gathers the last position times a zero mask: zeros.

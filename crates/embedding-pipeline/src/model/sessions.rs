@@ -166,6 +166,12 @@ impl Io {
                 )));
             }
         };
+        if matches!(output, Output::TokenStates(_)) && spec.pooling.modes().contains(&crate::model::PoolingMode::Tower)
+        {
+            return Err(bad("gives token states, but this image-text model's text tower must give its vectors (a \
+                 `sentence_embedding` output): export it with scripts/export-onnx"
+                .into()));
+        }
         if let (Output::Sentence(_), Some(dense)) = (&output, spec.dense.first()) {
             return Err(bad(format!(
                 "pools by itself (a `sentence_embedding` output), and modules.json has a Dense module ({}) after \

@@ -52,14 +52,16 @@ pub struct ModelSpec {
     /// Whether the pooling takes in a prompt's tokens (`include_prompt` in the Pooling config; true unless it
     /// says false, which this pipeline does not support with a prompt).
     pub include_prompt: bool,
+    /// An image-text model's vision side (CLIP, SigLIP); None for a text model.
+    pub image: Option<super::image_spec::ImageSpec>,
 }
 
 #[derive(Deserialize)]
-struct Module {
+pub(super) struct Module {
     #[serde(rename = "type")]
-    kind: String,
+    pub(super) kind: String,
     #[serde(default)]
-    path: String,
+    pub(super) path: String,
 }
 
 /// `1_Pooling/config.json`, as sentence-transformers up to 5 writes it (`word_embedding_dimension` and one
@@ -178,7 +180,7 @@ struct DenseConfig {
 
 /// `config_sentence_transformers.json`: the parts of it that change a vector.
 #[derive(Deserialize, Default)]
-struct StConfig {
+pub(super) struct StConfig {
     #[serde(default)]
     prompts: BTreeMap<String, String>,
     #[serde(default)]
@@ -463,7 +465,7 @@ fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
 /// The prompts of config_sentence_transformers.json and its default one; refused when it asks to cut the
 /// vectors (`truncate_dim`, which the pipeline does by `embed.truncate_dim`) or names a default it lacks.
 /// `dim` is the width of the vectors the directory makes.
-fn read_prompts(dir: &Path, st: StConfig, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
+pub(super) fn read_prompts(dir: &Path, st: StConfig, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
     if let Some(n) = st.truncate_dim {
         return Err(Error::model(
             dir,
@@ -511,6 +513,9 @@ impl ModelSpec {
         }
         let st = read_st_config(&dir)?;
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
+        if let Some(module) = super::image_spec::image_module(&dir, &modules) {
+            return super::image_spec::load(&dir, module, st);
+        }
         let chain = read_chain(&dir, &modules)?;
         let pooling_file = format!("{}/config.json", chain.pooling.path.trim_end_matches('/'));
         let pooling_cfg: PoolingConfig = read_json(&dir, &pooling_file)?;
@@ -575,6 +580,7 @@ impl ModelSpec {
             prompts,
             default_prompt_name,
             include_prompt: pooling_cfg.include_prompt,
+            image: None,
         })
     }
 
@@ -773,7 +779,7 @@ fn prompt_names(prompts: &BTreeMap<String, String>) -> String {
     prompts.keys().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
+pub(super) fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
     let path = dir.join(file);
     let text =
         std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")).because(e))?;

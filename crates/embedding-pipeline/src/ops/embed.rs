@@ -39,3 +39,38 @@ pub async fn embed_texts(texts: Vec<String>, options: &EmbedOptions, stop: &Stop
     .await??;
     Ok(Embeddings { fingerprint, vectors: embedded.vectors })
 }
+
+/// Embed image files' bytes under `options` with the vision tower of its image-text model (CLIP, SigLIP), one
+/// vector per image in order; `names` name the images in errors (their paths). A bad image stops it, named.
+pub async fn embed_images(
+    images: Vec<Vec<u8>>,
+    names: Vec<String>,
+    options: &EmbedOptions,
+    stop: &StopToken,
+) -> Result<Embeddings> {
+    if images.is_empty() {
+        return Err(Error::Refused("no images to embed".into()));
+    }
+    let spec = crate::model::ModelSpec::load(options.model_dir())?;
+    if spec.image.is_none() {
+        return Err(Error::model(
+            &spec.dir,
+            "modules.json",
+            "is a text model's: images need an image-text model (CLIP, SigLIP)",
+        ));
+    }
+    let (_, fingerprint) = Fingerprint::for_options(options)?;
+    let (embedder, stop, options) = (options.vision_embedder()?, stop.clone(), options.clone());
+    let embedded = tokio::task::spawn_blocking(move || {
+        let refs: Vec<Option<&[u8]>> = images.iter().map(|i| Some(i.as_slice())).collect();
+        embedder.embed(&refs, options.batch_images, options.max_image_pixels, &|| stop.requested())
+    })
+    .await?
+    .map_err(|e| match e {
+        crate::model::vision::EmbedImageError::Bad(bad) => {
+            Error::Refused(format!("image {} {}", names.get(bad.row).cloned().unwrap_or_default(), bad.error))
+        }
+        crate::model::vision::EmbedImageError::Other(e) => e,
+    })?;
+    Ok(Embeddings { fingerprint, vectors: embedded.vectors })
+}

@@ -60,6 +60,9 @@ impl EmbedSession {
         for udf in embed_udfs(&options, Arc::clone(&metrics)) {
             ctx.register_udf(udf);
         }
+        for udf in crate::udf::embed_image_udfs(&options, Arc::clone(&metrics)) {
+            ctx.register_udf(udf);
+        }
         ctx.register_udtf("embed_search", Arc::new(crate::udf::EmbedSearchFunc));
         Ok(Self { ctx, metrics, cluster: None })
     }

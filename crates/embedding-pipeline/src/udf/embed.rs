@@ -258,7 +258,7 @@ impl AsyncScalarUDFImpl for EmbedUdf {
         })
         .await
         .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
-        let _ = CALL_STATS.try_with(|counted| counted.lock().unwrap_or_else(|e| e.into_inner()).add(&stats));
+        count_call(&stats);
         Ok(ColumnarValue::Array(vectors))
     }
 }
@@ -286,6 +286,11 @@ impl GivenTokens {
             && made.max_tokens == settings.max_tokens
             && made.truncation == settings.truncation
     }
+}
+
+/// Add a call's counters to those of the [`counting_calls`] it runs in, if any.
+pub(crate) fn count_call(stats: &EmbedStats) {
+    let _ = CALL_STATS.try_with(|counted| counted.lock().unwrap_or_else(|e| e.into_inner()).add(stats));
 }
 
 /// Run `fut`, in which the first `embed` call over `rows` rows uses `tokens` instead of tokenising its texts: how

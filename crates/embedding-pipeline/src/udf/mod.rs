@@ -2,7 +2,9 @@
 //! shared [`crate::model::registry`].
 
 pub mod embed;
+pub mod embed_image;
 pub mod search;
 
 pub use embed::{EmbedUdf, embed_udfs};
+pub use embed_image::embed_image_udfs;
 pub use search::EmbedSearchFunc;

@@ -1,0 +1,241 @@
+//! `embed_image(image [, id])`: a column of image files' bytes (Binary, LargeBinary, BinaryView) in, the vision
+//! tower's `FixedSizeList<Float32, dim>` vector out, with the same fingerprint as `embed(text)` of the same
+//! image-text model (CLIP, SigLIP): its text and image vectors share one space.
+//!
+//! An async function, as `embed` is; `embed_image_dim()` keeps it in step with `SET embed.model` (see
+//! [`super::embed::EmbedDimUdf`] for why a second function is needed).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Float16Array, Float32Array};
+use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{Result, ScalarValue, exec_datafusion_err, plan_err};
+use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
+};
+
+use super::embed::vector_type;
+use crate::campaign::metrics::RunMetrics;
+use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
+use crate::model::vision::EmbedImageError;
+use crate::options::EmbedOptions;
+
+/// Both functions for a session with these options: `embed_image(image)` and `embed_image_dim()`.
+pub fn embed_image_udfs(options: &EmbedOptions, metrics: Arc<RunMetrics>) -> [ScalarUDF; 2] {
+    [
+        EmbedImageUdf::for_options(options, Arc::clone(&metrics)),
+        EmbedImageDimUdf { signature: Signature::nullary(Volatility::Stable), metrics }.into(),
+    ]
+}
+
+/// The `embed_image(image [, id])` function, fixed to the `embed.*` options in force when it was planned.
+#[derive(Debug)]
+pub struct EmbedImageUdf {
+    signature: Signature,
+    options: EmbedOptions,
+    /// The fingerprint these options give, or why they give none.
+    fingerprint: std::result::Result<Fingerprint, String>,
+    metrics: Arc<RunMetrics>,
+}
+
+impl PartialEq for EmbedImageUdf {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for EmbedImageUdf {}
+impl Hash for EmbedImageUdf {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl EmbedImageUdf {
+    /// The function for these options: the model's small files are read (and hashed) here, its vision session
+    /// loads on the first call.
+    pub fn for_options(options: &EmbedOptions, metrics: Arc<RunMetrics>) -> ScalarUDF {
+        let fingerprint = Self::resolve(options).map_err(|e| e.to_string());
+        let udf = Self {
+            signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),
+            options: options.clone(),
+            fingerprint,
+            metrics,
+        };
+        AsyncScalarUDF::new(Arc::new(udf)).into_scalar_udf()
+    }
+
+    fn resolve(options: &EmbedOptions) -> crate::Result<Fingerprint> {
+        let spec = crate::model::ModelSpec::load(options.model_dir())?;
+        if spec.image.is_none() {
+            return Err(crate::Error::model(
+                &spec.dir,
+                "modules.json",
+                "is a text model's: embed_image() needs an image-text model (CLIP, SigLIP) exported by \
+                 scripts/export-onnx; SET embed.model to one",
+            ));
+        }
+        if options.truncate_dim != 0 {
+            return Err(crate::Error::Option {
+                key: "truncate_dim".into(),
+                value: options.truncate_dim.to_string(),
+                message: "embed_image() keeps every dimension of the vision tower; leave it at 0".into(),
+            });
+        }
+        Ok(Fingerprint::for_options(options)?.1)
+    }
+
+    fn key(&self) -> String {
+        format!("{:?}{:?}", self.options, self.fingerprint)
+    }
+
+    fn fingerprint(&self) -> Result<&Fingerprint> {
+        self.fingerprint.as_ref().map_err(|e| exec_datafusion_err!("embed_image: {e}"))
+    }
+}
+
+impl ScalarUDFImpl for EmbedImageUdf {
+    fn name(&self) -> &str {
+        "embed_image"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(vector_type(self.fingerprint()?))
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let arg = &args.arg_fields[0];
+        match arg.data_type() {
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::Null => {}
+            other => {
+                return plan_err!(
+                    "embed_image() needs the images' bytes (a binary column), but `{}` is {other}; read image files \
+                     as bytes (a Parquet or Lance binary column)",
+                    arg.name()
+                );
+            }
+        }
+        let fingerprint = self.fingerprint()?;
+        let metadata = HashMap::from([(FINGERPRINT_KEY.to_string(), fingerprint.to_json())]);
+        Ok(Arc::new(Field::new(self.name(), vector_type(fingerprint), true).with_metadata(metadata)))
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Err(exec_datafusion_err!("embed_image() runs only inside a query"))
+    }
+}
+
+#[async_trait]
+impl AsyncScalarUDFImpl for EmbedImageUdf {
+    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let fingerprint = self.fingerprint()?.clone();
+        let images = args.args[0].to_array(args.number_rows)?;
+        let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
+        let options = self.options.clone();
+        let metrics = Arc::clone(&self.metrics);
+        let (vectors, stats) =
+            tokio::task::spawn_blocking(move || embed_array(&images, ids.as_ref(), &options, &fingerprint, &metrics))
+                .await
+                .map_err(|e| exec_datafusion_err!("embedding task failed: {e}"))??;
+        super::embed::count_call(&stats);
+        Ok(ColumnarValue::Array(vectors))
+    }
+}
+
+/// Embed one binary array's images with the shared vision tower, off the async runtime.
+fn embed_array(
+    images: &ArrayRef,
+    ids: Option<&ArrayRef>,
+    options: &EmbedOptions,
+    fingerprint: &Fingerprint,
+    metrics: &RunMetrics,
+) -> Result<(ArrayRef, crate::model::EmbedStats)> {
+    let embedder = options.vision_embedder()?;
+    let values: Vec<Option<&[u8]>> = match images.data_type() {
+        DataType::Binary => images.as_binary::<i32>().iter().collect(),
+        DataType::LargeBinary => images.as_binary::<i64>().iter().collect(),
+        DataType::BinaryView => images.as_binary_view().iter().collect(),
+        DataType::Null => vec![None; images.len()],
+        other => return Err(exec_datafusion_err!("embed_image() needs a binary argument, got {other}")),
+    };
+    let stop = || metrics.stop().requested();
+    metrics.record_call_started();
+    let out = embedder.embed(&values, options.batch_images, options.max_image_pixels, &stop).map_err(|e| match e {
+        EmbedImageError::Bad(bad) => {
+            let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, bad.row).ok()) {
+                Some(id) => format!("the image of id {id}"),
+                None => {
+                    format!("the image at row {} (pass the id as embed_image(image, id) to have it named)", bad.row)
+                }
+            };
+            exec_datafusion_err!("{who} {}; leave it out of the query, or replace the file", bad.error)
+        }
+        EmbedImageError::Other(e) => e.into(),
+    })?;
+    metrics.record_embed(&out.stats);
+    let nulls = NullBuffer::from(out.valid);
+    let element = if fingerprint.dtype == "float16" { DataType::Float16 } else { DataType::Float32 };
+    let values: ArrayRef = match element {
+        DataType::Float16 => {
+            Arc::new(Float16Array::from_iter_values(out.vectors.iter().map(|v| half::f16::from_f32(*v))))
+        }
+        _ => Arc::new(Float32Array::from(out.vectors)),
+    };
+    let field = Arc::new(Field::new_list_field(element, true));
+    let dim = fingerprint.dim as i32;
+    let array = FixedSizeListArray::try_new(field, dim, values, (nulls.null_count() > 0).then_some(nulls))?;
+    Ok((Arc::new(array), out.stats))
+}
+
+/// `embed_image_dim()`: the length of the vectors `embed_image` makes with `embed.model`; also how `embed_image`
+/// follows `SET embed.model` (its `with_updated_config`).
+#[derive(Debug)]
+pub struct EmbedImageDimUdf {
+    signature: Signature,
+    metrics: Arc<RunMetrics>,
+}
+
+impl PartialEq for EmbedImageDimUdf {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+impl Eq for EmbedImageDimUdf {}
+impl Hash for EmbedImageDimUdf {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl ScalarUDFImpl for EmbedImageDimUdf {
+    fn name(&self) -> &str {
+        "embed_image_dim"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let options = EmbedOptions::from_config(&args.config_options);
+        let fingerprint = EmbedImageUdf::resolve(&options)?;
+        Ok(ColumnarValue::Scalar(ScalarValue::Int32(Some(fingerprint.dim as i32))))
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        Some(EmbedImageUdf::for_options(&EmbedOptions::from_config(config), Arc::clone(&self.metrics)))
+    }
+}

@@ -1,0 +1,149 @@
+//! Images (issue 57): tiny random CLIP and SigLIP models saved by sentence-transformers (the current one-module
+//! layout and CLIP's older `CLIPModel` one), exported by scripts/export-onnx (which checks both towers), and a
+//! Parquet table of image files' bytes embedded by `pipeline run` with `embed_image(image, id)`, compared with
+//! sentence-transformers' `encode` of each file's path; then resumed, searched by text, and fed bad images.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use super::lineage::{export_python, repo};
+use crate::common::{cosine, model_dir, pipeline, session_on, sql, strings, text, vectors};
+
+/// The model `shape` built in `dir/ckpt`, its test images in `dir/corpus` (images.parquet and sentence-transformers'
+/// reference.json), and its export in `dir/model`.
+fn build(dir: &Path, shape: &str) -> HashMap<String, Vec<f32>> {
+    let python = export_python();
+    for (script, args) in [
+        ("make_image_models.py", vec![shape.to_string(), model_dir().display().to_string(), "ckpt".into()]),
+        ("make_images.py", vec!["ckpt".into(), "corpus".into()]),
+    ] {
+        let o = Command::new(&python)
+            .arg(repo().join("tests/fixtures").join(script))
+            .args(&args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{shape}: {script}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = Command::new(repo().join("scripts/export-onnx"))
+        .args(["ckpt", "model"])
+        .env("PIPELINE", env!("CARGO_BIN_EXE_pipeline"))
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success() && err.contains("verified on 10 images"), "{shape}: export: {err}");
+    serde_json::from_slice(&std::fs::read(dir.join("corpus/reference.json")).unwrap()).unwrap()
+}
+
+/// `pipeline run` of `query` (over table `imgs`, the test images) into `out`; the run's output.
+fn run(dir: &Path, set: &str, query: &str, out: &str) -> std::process::Output {
+    let job = format!(
+        "SET embed.model = 'model';\n{set}\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION \
+         'corpus/images.parquet';\nCOPY ({query}) TO '{out}' STORED AS LANCE;\n"
+    );
+    std::fs::write(dir.join("job.sql"), job).unwrap();
+    pipeline(&["run", "-q", "job.sql"], dir)
+}
+
+/// The ids and vectors of a Lance dataset.
+async fn written(dir: &Path, out: &str) -> HashMap<String, Vec<f32>> {
+    let location = dir.join(out).display().to_string();
+    let batches = sql(
+        &session_on(&dir.join("model")),
+        &format!("CREATE EXTERNAL TABLE v STORED AS LANCE LOCATION '{location}'; SELECT id, embedding FROM v"),
+    )
+    .await
+    .unwrap();
+    let ids = strings(&batches, "id");
+    let vectors: Vec<Vec<f32>> = vectors(&batches, "embedding").into_iter().map(Option::unwrap).collect();
+    assert_eq!(ids.len(), ids.iter().collect::<std::collections::HashSet<_>>().len(), "every id once");
+    ids.into_iter().zip(vectors).collect()
+}
+
+#[tokio::test]
+async fn clip_and_siglip_images_match_sentence_transformers_resume_and_are_found_by_text() {
+    for shape in ["clip", "clip-legacy", "siglip"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let reference = build(dir, shape);
+        let query = "SELECT id, embed_image(image, id) AS embedding FROM imgs";
+        let o = run(dir, "", query, "out.lance");
+        assert!(o.status.success(), "{shape}: {:?}", text(&o));
+        let ours = written(dir, "out.lance").await;
+        assert_eq!(ours.len(), reference.len(), "{shape}: every image");
+        for (id, want) in &reference {
+            let got = &ours[id];
+            assert_eq!(got.len(), want.len(), "{shape} {id}");
+            let c = cosine(got, want);
+            assert!(c >= 0.9999, "{shape} {id}: cosine {c} with sentence-transformers");
+        }
+        // A second run finds every id written: nothing again, nothing twice.
+        let o = run(dir, "", query, "out.lance");
+        assert!(o.status.success(), "{shape}: {:?}", text(&o));
+        assert_eq!(written(dir, "out.lance").await.len(), reference.len(), "{shape}: rerun");
+
+        if shape == "siglip" {
+            // Its texts (a fixed length, no attention mask) are refused by name, not embedded approximately.
+            let o = pipeline(&["embed", "--model", "model", "two dogs in the snow"], dir);
+            let (_, err) = text(&o);
+            assert!(!o.status.success() && err.contains("texts cannot be embedded with this model"), "{err}");
+            continue;
+        }
+        // The text tower of the same model: a text query finds images, under the dataset's one fingerprint.
+        let o = pipeline(&["search", "out.lance", "two dogs in the snow", "-k", "3", "--model", "model"], dir);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{shape}: search: {err}");
+        assert_eq!(reference.keys().filter(|id| out.contains(id.as_str())).count(), 3, "{shape}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn bad_images_are_named_by_id_and_only_good_ones_are_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    build(dir, "clip");
+    let good = "SELECT id, image FROM imgs";
+    for (set, bad, said) in [
+        ("", "SELECT 'empty' AS id, CAST('' AS BYTEA) AS image", "the image of id empty is empty (0 bytes)"),
+        (
+            "",
+            "SELECT 'words' AS id, CAST('plain words, not a picture' AS BYTEA) AS image",
+            "the image of id words cannot be read as an image: not an image of a known format",
+        ),
+        (
+            "",
+            "SELECT 'cut' AS id, decode(substr(encode(image, 'hex'), 1, 400), 'hex') AS image FROM imgs WHERE id = 'rgb-640x480.png'",
+            "the image of id cut cannot be read as an image: Png",
+        ),
+        (
+            "SET embed.max_image_pixels = 100000;",
+            "SELECT 'big' AS id, image FROM imgs WHERE id = 'rgb-640x480.png'",
+            "pixels, more than embed.max_image_pixels = 100000",
+        ),
+    ] {
+        let query = format!("SELECT id, embed_image(image, id) AS embedding FROM ({good} UNION ALL {bad})");
+        let o = run(dir, set, &query, "bad.lance");
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(said), "{said}: {err}");
+        // Rows embedded before the bad one may have been committed (a resume goes on from them): only good ones.
+        if dir.join("bad.lance").join("_versions").exists() {
+            let kept = written(dir, "bad.lance").await;
+            assert!(kept.keys().all(|id| id.contains('.')), "{said}: only the good images: {:?}", kept.keys());
+            std::fs::remove_dir_all(dir.join("bad.lance")).unwrap();
+        }
+    }
+    // A text model has no vision tower: refused by name before anything is embedded.
+    let job = format!(
+        "SET embed.model = '{}';\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION 'corpus/images.parquet';\n\
+         COPY (SELECT id, embed_image(image) AS embedding FROM imgs) TO 'text.lance' STORED AS LANCE;\n",
+        model_dir().display()
+    );
+    std::fs::write(dir.join("text.sql"), job).unwrap();
+    let o = pipeline(&["run", "-q", "text.sql"], dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("embed_image() needs an image-text model"), "{err}");
+}
