@@ -173,33 +173,7 @@ impl ImageProcessing {
             return Err(format!("resample {r} is not bicubic (3), the one resampling filter this pipeline applies"));
         }
         let (resize, crop) = sizes(c, clip)?;
-        let rescale = match flag("do_rescale", true) {
-            true => Some(
-                c.get("rescale_factor")
-                    .map_or(Some(1.0 / 255.0), Value::as_f64)
-                    .ok_or("rescale_factor is not a number")?,
-            ),
-            false => None,
-        };
-        let triple = |key: &str| -> std::result::Result<[f32; 3], String> {
-            match c.get(key) {
-                Some(Value::Number(n)) => Ok([n.as_f64().unwrap_or_default() as f32; 3]),
-                Some(Value::Array(a)) if a.len() == 3 && a.iter().all(Value::is_number) => {
-                    Ok([0, 1, 2].map(|i| a[i].as_f64().unwrap_or_default() as f32))
-                }
-                other => Err(format!("{key} {} is not three numbers", other.map_or("(none)".into(), Value::to_string))),
-            }
-        };
-        let normalize = match flag("do_normalize", true) {
-            true => {
-                let std = triple("image_std")?;
-                if std.contains(&0.0) {
-                    return Err("image_std has a 0".into());
-                }
-                Some((triple("image_mean")?, std))
-            }
-            false => None,
-        };
+        let (rescale, normalize) = values(c)?;
         Ok(Self { processor, resize, crop, rescale, normalize })
     }
 
@@ -255,6 +229,38 @@ impl ImageProcessing {
             None => x,
         }
     }
+}
+
+/// The rescale factor and the per-channel mean and standard deviation a processor config applies, where it does.
+#[allow(clippy::type_complexity)]
+fn values(c: &Map<String, Value>) -> std::result::Result<(Option<f64>, Option<([f32; 3], [f32; 3])>), String> {
+    let flag = |key: &str, default: bool| c.get(key).and_then(Value::as_bool).unwrap_or(default);
+    let rescale = match flag("do_rescale", true) {
+        true => Some(
+            c.get("rescale_factor").map_or(Some(1.0 / 255.0), Value::as_f64).ok_or("rescale_factor is not a number")?,
+        ),
+        false => None,
+    };
+    let triple = |key: &str| -> std::result::Result<[f32; 3], String> {
+        match c.get(key) {
+            Some(Value::Number(n)) => Ok([n.as_f64().unwrap_or_default() as f32; 3]),
+            Some(Value::Array(a)) if a.len() == 3 && a.iter().all(Value::is_number) => {
+                Ok([0, 1, 2].map(|i| a[i].as_f64().unwrap_or_default() as f32))
+            }
+            other => Err(format!("{key} {} is not three numbers", other.map_or("(none)".into(), Value::to_string))),
+        }
+    };
+    let normalize = match flag("do_normalize", true) {
+        true => {
+            let std = triple("image_std")?;
+            if std.contains(&0.0) {
+                return Err("image_std has a 0".into());
+            }
+            Some((triple("image_mean")?, std))
+        }
+        false => None,
+    };
+    Ok((rescale, normalize))
 }
 
 /// The resize and the center crop a processor config asks for.

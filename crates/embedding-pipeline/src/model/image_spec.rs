@@ -9,10 +9,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::image::ImageProcessing;
-use super::spec::{Module, StConfig, read_json, read_prompts};
+use super::st_files::{Module, read_json};
+use super::tokenize::TruncationSide;
 use crate::error::{Error, Result};
-use crate::model::pooling::PoolingMode;
-use crate::model::{ModelSpec, Pooling, TruncationSide};
 
 /// What an image-text model adds to its spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,8 +83,22 @@ pub(super) fn image_module<'a>(dir: &Path, modules: &'a [Module]) -> Option<&'a 
     }
 }
 
-/// The spec of the image-text model in `module`.
-pub(super) fn load(dir: &Path, module: &Module, st: StConfig) -> Result<ModelSpec> {
+/// What the model spec of an image-text model takes from its files (its text tower's, and the vision side).
+pub(super) struct ImageTextModel {
+    pub(super) onnx_path: std::path::PathBuf,
+    pub(super) tokenizer_path: std::path::PathBuf,
+    pub(super) max_seq_length: usize,
+    pub(super) dim: usize,
+    pub(super) truncation_side: TruncationSide,
+    pub(super) pad_id: u32,
+    pub(super) vocab_size: Option<usize>,
+    pub(super) max_positions: Option<usize>,
+    pub(super) positions_from: String,
+    pub(super) image: ImageSpec,
+}
+
+/// The image-text model in `module`.
+pub(super) fn load(dir: &Path, module: &Module) -> Result<ImageTextModel> {
     let folder = module.path.trim_end_matches('/').to_string();
     let at = |name: &str| if folder.is_empty() { name.to_string() } else { format!("{folder}/{name}") };
     let sbert: Sbert = match dir.join(at("sentence_bert_config.json")).is_file() {
@@ -141,17 +154,10 @@ pub(super) fn load(dir: &Path, module: &Module, st: StConfig) -> Result<ModelSpe
             "file not found: export the model with scripts/export-onnx, which writes both towers".into(),
         ));
     }
-    let (prompts, default_prompt_name) = read_prompts(dir, st, dim)?;
-    Ok(ModelSpec {
-        dir: dir.to_path_buf(),
+    Ok(ImageTextModel {
         onnx_path,
         tokenizer_path,
         max_seq_length,
-        pooling: Pooling::one(PoolingMode::Tower),
-        dense: Vec::new(),
-        // sentence-transformers does not normalise CLIP's or SigLIP's vectors.
-        normalize: false,
-        token_dim: dim,
         dim,
         truncation_side,
         pad_id: hf.text_config.pad_token_id.unwrap_or(0),
@@ -160,10 +166,7 @@ pub(super) fn load(dir: &Path, module: &Module, st: StConfig) -> Result<ModelSpe
         positions_from: positions
             .map(|p| format!("text_config.max_position_embeddings {p} in config.json"))
             .unwrap_or_default(),
-        prompts,
-        default_prompt_name,
-        include_prompt: true,
-        image: Some(ImageSpec { folder, model_type, processing, processor_file, text_refused }),
+        image: ImageSpec { folder, model_type, processing, processor_file, text_refused },
     })
 }
 

@@ -41,6 +41,7 @@ pub mod runtime;
 pub mod sessions;
 pub mod settings;
 pub mod spec;
+mod st_files;
 pub mod tokenize;
 pub mod vision;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::st_files::{Module, read_json};
 use crate::error::{Error, Result};
 use crate::model::pooling::PoolingMode;
 use crate::model::{Pooling, TruncationSide};
@@ -54,14 +55,6 @@ pub struct ModelSpec {
     pub include_prompt: bool,
     /// An image-text model's vision side (CLIP, SigLIP); None for a text model.
     pub image: Option<super::image_spec::ImageSpec>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct Module {
-    #[serde(rename = "type")]
-    pub(super) kind: String,
-    #[serde(default)]
-    pub(super) path: String,
 }
 
 /// `1_Pooling/config.json`, as sentence-transformers up to 5 writes it (`word_embedding_dimension` and one
@@ -180,7 +173,7 @@ struct DenseConfig {
 
 /// `config_sentence_transformers.json`: the parts of it that change a vector.
 #[derive(Deserialize, Default)]
-pub(super) struct StConfig {
+struct StConfig {
     #[serde(default)]
     prompts: BTreeMap<String, String>,
     #[serde(default)]
@@ -465,7 +458,7 @@ fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
 /// The prompts of config_sentence_transformers.json and its default one; refused when it asks to cut the
 /// vectors (`truncate_dim`, which the pipeline does by `embed.truncate_dim`) or names a default it lacks.
 /// `dim` is the width of the vectors the directory makes.
-pub(super) fn read_prompts(dir: &Path, st: StConfig, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
+fn read_prompts(dir: &Path, st: StConfig, dim: usize) -> Result<(BTreeMap<String, String>, Option<String>)> {
     if let Some(n) = st.truncate_dim {
         return Err(Error::model(
             dir,
@@ -514,7 +507,8 @@ impl ModelSpec {
         let st = read_st_config(&dir)?;
         let modules: Vec<Module> = read_json(&dir, "modules.json")?;
         if let Some(module) = super::image_spec::image_module(&dir, &modules) {
-            return super::image_spec::load(&dir, module, st);
+            let model = super::image_spec::load(&dir, module)?;
+            return Self::image_text(dir, model, st);
         }
         let chain = read_chain(&dir, &modules)?;
         let pooling_file = format!("{}/config.json", chain.pooling.path.trim_end_matches('/'));
@@ -581,6 +575,32 @@ impl ModelSpec {
             default_prompt_name,
             include_prompt: pooling_cfg.include_prompt,
             image: None,
+        })
+    }
+
+    /// The spec of an image-text model (CLIP, SigLIP): its text tower pools and projects inside its graph.
+    fn image_text(dir: PathBuf, t: super::image_spec::ImageTextModel, st: StConfig) -> Result<Self> {
+        let (prompts, default_prompt_name) = read_prompts(&dir, st, t.dim)?;
+        Ok(Self {
+            dir,
+            onnx_path: t.onnx_path,
+            tokenizer_path: t.tokenizer_path,
+            max_seq_length: t.max_seq_length,
+            pooling: Pooling::one(PoolingMode::Tower),
+            dense: Vec::new(),
+            // sentence-transformers does not normalise CLIP's or SigLIP's vectors.
+            normalize: false,
+            token_dim: t.dim,
+            dim: t.dim,
+            truncation_side: t.truncation_side,
+            pad_id: t.pad_id,
+            vocab_size: t.vocab_size,
+            max_positions: t.max_positions,
+            positions_from: t.positions_from,
+            prompts,
+            default_prompt_name,
+            include_prompt: true,
+            image: Some(t.image),
         })
     }
 
@@ -695,7 +715,7 @@ fn read_chain<'a>(dir: &Path, modules: &'a [Module]) -> Result<Chain<'a>> {
     for module in modules.iter().copied() {
         let why = match kind(module).as_str() {
             "Transformer" | "Pooling" | "Dense" | "Normalize" => continue,
-            "CLIPModel" => "images are not supported; this pipeline embeds text with text models",
+            "CLIPModel" => "an image-text model's module is read alone (modules.json with it and nothing else)",
             _ => "this pipeline runs Transformer, Pooling, Dense and Normalize modules",
         };
         return Err(bad(format!("module {} ({}) is not supported: {why}", module.kind, folder(module))));
@@ -779,13 +799,6 @@ fn prompt_names(prompts: &BTreeMap<String, String>) -> String {
     prompts.keys().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
 }
 
-pub(super) fn read_json<T: for<'de> Deserialize<'de>>(dir: &Path, file: &str) -> Result<T> {
-    let path = dir.join(file);
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| Error::model(dir, file, format!("cannot read: {e}")).because(e))?;
-    serde_json::from_str(&text).map_err(|e| Error::model(dir, file, format!("invalid: {e}")).because(e))
-}
-
 /// The model directory's ONNX file: `onnx/model.onnx`, else `model.onnx`.
 fn onnx_file(dir: &Path) -> Option<PathBuf> {
     ["onnx/model.onnx", "model.onnx"].iter().map(|f| dir.join(f)).find(|p| p.is_file())
@@ -857,9 +870,9 @@ mod tests {
             ),
             (
                 "modules.json",
-                r#"[{"path":"","type":"sentence_transformers.models.CLIPModel"}]"#,
+                r#"[{"path":"","type":"sentence_transformers.models.CLIPModel"},{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#,
                 "modules.json",
-                &["CLIPModel", "images are not supported"],
+                &["CLIPModel", "an image-text model's module is read alone"],
             ),
             ("modules.json", &two_poolings, "modules.json", &["2 Pooling modules"]),
             (
