@@ -2,7 +2,7 @@
 # Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
 #
 #   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | advice | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python | ceiling
+#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | advice | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python | ceiling | images
 #
 # Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
 # native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
@@ -959,6 +959,69 @@ PY
 
 # mixed_corpus N FILE: N documents taken in turn from the three corpora beside $CORPUS (English package descriptions,
 # fortunes, Japanese descriptions), again with new ids once all are used: short, long, Latin and CJK texts mixed.
+section_images() {
+  # Images (issue 57): a ViT-B/32-sized CLIP (random weights: the speed is a trained one's), its export, and N
+  # camera-sized JPEGs (benches/make_photos.py), embedded by the pipeline (image_files + embed_image(path)), by the
+  # Python route a user would write (Pillow + transformers' CLIPImageProcessor + onnxruntime on the same vision
+  # graph and threads: benches/image_route.py) and by sentence-transformers on torch; whole processes, one each.
+  local n="${BENCH_IMAGES:-100}" threads py venv mp
+  threads=$(nproc)
+  py=$(scripts/export-onnx --env)
+  rm -rf "$WORK/clip-ckpt" "$WORK/clip" "$WORK/photos" "$WORK/img.lance"
+  "$py" tests/fixtures/make_image_models.py clip-b32 models/all-MiniLM-L6-v2 "$WORK/clip-ckpt" > /dev/null 2>&1
+  PIPELINE="$PIPELINE" scripts/export-onnx "$WORK/clip-ckpt" "$WORK/clip" 2> "$WORK/export.log"
+  mp=$("$py" benches/make_photos.py "$WORK/photos" "$n")
+  cat > "$WORK/img.sql" <<SQL
+SET embed.model = '$WORK/clip';
+COPY (SELECT id, embed_image(path, id) AS embedding FROM image_files('$WORK/photos')) TO '$WORK/img.lance' STORED AS LANCE;
+SQL
+  /usr/bin/time -f "%e %M" -o "$WORK/t-pipeline" "$PIPELINE" run --quiet "$WORK/img.sql" > /dev/null
+  "$PIPELINE" inspect "$WORK/img.lance" --json > "$WORK/img.json"
+  venv="$HOME/.cache/embedding-pipeline/bench-venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check onnxruntime==1.31.1 transformers==5.24.0 pillow==13.0.0 numpy
+  /usr/bin/time -f "%e %M" -o "$WORK/t-python" "$venv/bin/python" benches/image_route.py "$WORK/clip" "$WORK/photos" \
+    "$threads" > "$WORK/python.json"
+  /usr/bin/time -f "%e %M" -o "$WORK/t-st" "$py" - "$WORK/clip-ckpt" "$WORK/photos" "$threads" > "$WORK/st.json" <<'PY'
+import json, sys, time
+from pathlib import Path
+import torch
+from sentence_transformers import SentenceTransformer
+torch.set_num_threads(int(sys.argv[3]))
+model = SentenceTransformer(sys.argv[1], device="cpu")
+paths = sorted(str(p) for p in Path(sys.argv[2]).iterdir())
+started = time.perf_counter()
+model.encode(paths, batch_size=32)
+print(json.dumps({"images": len(paths), "seconds": time.perf_counter() - started}))
+PY
+  python3 - "$n" "$mp" "$threads" "$WORK" > "$RESULTS_DIR/images.md" <<'PY'
+import json, sys
+n, mp, threads, work = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def timed(name):
+    wall, rss = open(f"{work}/t-{name}").read().split()
+    return float(wall), int(rss) / 1024
+run = [v["run"] for v in json.load(open(f"{work}/img.json"))["versions"] if v.get("run")]
+host = sum(r["tokenize_seconds"] for r in run)
+export = [l for l in open(f"{work}/export.log") if "verified on" in l]
+py = json.load(open(f"{work}/python.json"))
+rows = [("pipeline run (image_files, embed_image(path))", *timed("pipeline")),
+        (f"Python route: Pillow + transformers' {py['processor']} + onnxruntime, batches of 32", *timed("python")),
+        ("sentence-transformers 6.2 on torch, encode(paths), batches of 32", *timed("st"))]
+print("## Images: a ViT-B/32-sized CLIP on the CPU\n")
+print(f"{n} camera-sized JPEGs ({mp:.0f} megapixels in all: 640x480 to 4000x3000, benches/make_photos.py), a CLIP")
+print("with openai/clip-vit-base-patch32's sizes and random weights (tests/fixtures/make_image_models.py clip-b32),")
+print(f"exported by scripts/export-onnx (float32). {threads} threads each; whole processes (model load included),")
+print("one run each, `/usr/bin/time`.\n")
+print("| route | wall s | images/s | vs pipeline | peak RSS MiB |")
+print("|---|---|---|---|---|")
+base = n / rows[0][1]
+for name, wall, rss in rows:
+    print(f"| {name} | {wall:.1f} | {n / wall:.1f} | {n / wall / base:.2f}x | {rss:,.0f} |")
+print(f"\nThe pipeline's host work (decoding, turning, resizing, normalising, over all {threads} threads): {host:.1f} s of")
+print(f"the wall, **{host / mp * 1000:.0f} ms per megapixel**. The export's own check: {' '.join(l.split(': ', 1)[1].strip() for l in export)}\n")
+PY
+}
+
 mixed_corpus() {
   python3 - "$(dirname "$CORPUS")" "$1" "$2" <<'PY'
 import itertools, json, sys

@@ -438,14 +438,6 @@ def verify_towers(np, model, staging, args, tmp):
         "images": ([args.pipeline, "embed", "--model", str(staging)]
                    + [a for p in images for a in ("--image", str(p))], [str(p) for p in images]),
     }
-    # SigLIP's texts (padded to a fixed length, fed without an attention mask) the pipeline refuses for now: its
-    # text graph is exported, and only its images are verified.
-    text_kwargs = (getattr(model[0], "processing_kwargs", None) or {}).get("text") or {}
-    if text_kwargs.get("padding") == "max_length":
-        say("this model's texts are padded to a fixed length without an attention mask, which the pipeline does not "
-            "embed yet: its images are verified, its texts are not")
-        del runs["texts"]
-        texts = []
     worst = (2.0, "")
     result = {}
     for kind, (command, inputs) in runs.items():

@@ -289,6 +289,16 @@ fn print_summary(r: &RunReport, printer: Printer) {
         e.dropped_tokens,
         r.useful_tokens_per_second()
     );
+    if e.images > 0 {
+        note!(
+            printer,
+            "images: {} embedded, {:.1} megapixels decoded from {:.1} MB of files; decoding and processing {:.2} s",
+            e.images,
+            e.image_pixels as f64 / 1e6,
+            e.image_bytes as f64 / 1e6,
+            e.tokenize_time.as_secs_f64()
+        );
+    }
     if e.nulls > 0 && !r.writes.is_empty() {
         note!(
             printer,

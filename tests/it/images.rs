@@ -1,7 +1,8 @@
 //! Images (issue 57): tiny random CLIP and SigLIP models saved by sentence-transformers (the current one-module
 //! layout and CLIP's older `CLIPModel` one), exported by scripts/export-onnx (which checks both towers), and a
 //! Parquet table of image files' bytes embedded by `pipeline run` with `embed_image(image, id)`, compared with
-//! sentence-transformers' `encode` of each file's path; then resumed, searched by text, and fed bad images.
+//! sentence-transformers' `encode` of each file's path; then resumed, searched by text, and fed bad images; and a
+//! folder of the same files through `image_files('folder')` and `embed_image(path, id)`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,12 +36,16 @@ fn build(dir: &Path, shape: &str) -> HashMap<String, Vec<f32>> {
         .output()
         .unwrap();
     let (_, err) = text(&o);
-    assert!(o.status.success() && err.contains("verified on 10 images"), "{shape}: export: {err}");
+    // Its own check: both towers against sentence-transformers (texts at 0.99999, images at 0.9999).
+    assert!(
+        o.status.success() && err.contains("verified on 16 texts") && err.contains("verified on 10 images"),
+        "{shape}: export: {err}"
+    );
     serde_json::from_slice(&std::fs::read(dir.join("corpus/reference.json")).unwrap()).unwrap()
 }
 
 /// `pipeline run` of `query` (over table `imgs`, the test images) into `out`; the run's output.
-fn run(dir: &Path, set: &str, query: &str, out: &str) -> std::process::Output {
+fn run_job(dir: &Path, set: &str, query: &str, out: &str) -> std::process::Output {
     let job = format!(
         "SET embed.model = 'model';\n{set}\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION \
          'corpus/images.parquet';\nCOPY ({query}) TO '{out}' STORED AS LANCE;\n"
@@ -71,7 +76,7 @@ async fn clip_and_siglip_images_match_sentence_transformers_resume_and_are_found
         let dir = tmp.path();
         let reference = build(dir, shape);
         let query = "SELECT id, embed_image(image, id) AS embedding FROM imgs";
-        let o = run(dir, "", query, "out.lance");
+        let o = run_job(dir, "", query, "out.lance");
         assert!(o.status.success(), "{shape}: {:?}", text(&o));
         let ours = written(dir, "out.lance").await;
         assert_eq!(ours.len(), reference.len(), "{shape}: every image");
@@ -82,17 +87,10 @@ async fn clip_and_siglip_images_match_sentence_transformers_resume_and_are_found
             assert!(c >= 0.9999, "{shape} {id}: cosine {c} with sentence-transformers");
         }
         // A second run finds every id written: nothing again, nothing twice.
-        let o = run(dir, "", query, "out.lance");
+        let o = run_job(dir, "", query, "out.lance");
         assert!(o.status.success(), "{shape}: {:?}", text(&o));
         assert_eq!(written(dir, "out.lance").await.len(), reference.len(), "{shape}: rerun");
 
-        if shape == "siglip" {
-            // Its texts (a fixed length, no attention mask) are refused by name, not embedded approximately.
-            let o = pipeline(&["embed", "--model", "model", "two dogs in the snow"], dir);
-            let (_, err) = text(&o);
-            assert!(!o.status.success() && err.contains("texts cannot be embedded with this model"), "{err}");
-            continue;
-        }
         // The text tower of the same model: a text query finds images, under the dataset's one fingerprint.
         let o = pipeline(&["search", "out.lance", "two dogs in the snow", "-k", "3", "--model", "model"], dir);
         let (out, err) = text(&o);
@@ -102,10 +100,51 @@ async fn clip_and_siglip_images_match_sentence_transformers_resume_and_are_found
 }
 
 #[tokio::test]
-async fn bad_images_are_named_by_id_and_only_good_ones_are_written() {
+async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    build(dir, "clip");
+    let reference = build(dir, "clip");
+    // A folder as users have them: a hidden file, a hidden folder, notes, a folder without its slash.
+    let images = dir.join("corpus/images");
+    std::fs::write(images.join(".DS_Store"), "finder").unwrap();
+    std::fs::create_dir(images.join(".thumbs")).unwrap();
+    std::fs::copy(images.join("rgba.png"), images.join(".thumbs/rgba.png")).unwrap();
+    std::fs::write(images.join("notes.txt"), "not a picture").unwrap();
+    let query = "SELECT id, bytes, embed_image(path, id) AS embedding FROM image_files('corpus/images')";
+    let o = run_job(dir, "", query, "folder.lance");
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("left out 2 hidden files or folders and 1 files that are not images"), "{err}");
+    let ours = written(dir, "folder.lance").await;
+    assert_eq!(ours.len(), reference.len(), "every image, and nothing else");
+    for (id, want) in &reference {
+        let c = cosine(&ours[id], want);
+        assert!(c >= 0.9999, "{id}: cosine {c} with sentence-transformers, read by path");
+    }
+    // The run record counts the images, their pixels and their files' bytes.
+    let o = pipeline(&["inspect", "folder.lance", "--json"], dir);
+    let inspected: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    let run = &inspected["versions"][0]["run"];
+    let file_bytes: u64 = reference.keys().map(|id| std::fs::metadata(images.join(id)).unwrap().len()).sum();
+    assert_eq!(run["images"], reference.len() as u64, "{run}");
+    assert_eq!(run["image_bytes"], file_bytes, "{run}");
+    assert!(run["image_pixels"].as_u64().unwrap() > 2400 * 1600, "{run}");
+    let o = run_job(dir, "", query, "folder.lance");
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(written(dir, "folder.lance").await.len(), reference.len(), "a rerun adds nothing");
+    let o = run_job(
+        dir,
+        "",
+        "SELECT 'gone' AS id, embed_image('corpus/images/gone.png', 'gone') AS embedding",
+        "gone.lance",
+    );
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success()
+            && err.contains("the image of id gone cannot be read from its file: corpus/images/gone.png"),
+        "{err}"
+    );
+
     let good = "SELECT id, image FROM imgs";
     for (set, bad, said) in [
         ("", "SELECT 'empty' AS id, CAST('' AS BYTEA) AS image", "the image of id empty is empty (0 bytes)"),
@@ -126,7 +165,7 @@ async fn bad_images_are_named_by_id_and_only_good_ones_are_written() {
         ),
     ] {
         let query = format!("SELECT id, embed_image(image, id) AS embedding FROM ({good} UNION ALL {bad})");
-        let o = run(dir, set, &query, "bad.lance");
+        let o = run_job(dir, set, &query, "bad.lance");
         let (_, err) = text(&o);
         assert!(!o.status.success() && err.contains(said), "{said}: {err}");
         // Rows embedded before the bad one may have been committed (a resume goes on from them): only good ones.
@@ -136,6 +175,35 @@ async fn bad_images_are_named_by_id_and_only_good_ones_are_written() {
             std::fs::remove_dir_all(dir.join("bad.lance")).unwrap();
         }
     }
+    // Skipped instead: no row for a bad image, each counted and listed by id in the run record; a NULL image keeps
+    // its row (and a NULL vector), as a NULL text does.
+    let bad = "SELECT 'empty' AS id, CAST('' AS BYTEA) AS image UNION ALL SELECT 'words', CAST('plain words' AS BYTEA) \
+               UNION ALL SELECT 'nothing', CAST(NULL AS BYTEA)";
+    let query = format!("SELECT id, embed_image(image, id) AS embedding FROM ({good} UNION ALL {bad})");
+    let o = run_job(dir, "SET embed.bad_images = 'skip';", &query, "skip.lance");
+    assert!(o.status.success(), "{:?}", text(&o));
+    let location = dir.join("skip.lance").display().to_string();
+    let batches = sql(
+        &session_on(&dir.join("model")),
+        &format!(
+            "CREATE EXTERNAL TABLE s STORED AS LANCE LOCATION '{location}'; SELECT id, embedding FROM s ORDER BY id"
+        ),
+    )
+    .await
+    .unwrap();
+    let ids = strings(&batches, "id");
+    assert_eq!(ids.len(), reference.len() + 1, "the good images and the NULL one: {ids:?}");
+    assert!(ids.contains(&"nothing".to_string()) && !ids.contains(&"empty".to_string()), "{ids:?}");
+    let o = pipeline(&["inspect", "skip.lance", "--json"], dir);
+    let inspected: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    let run = &inspected["versions"][0]["run"];
+    assert_eq!(run["skipped_images"], 2, "{run}");
+    let listed = run["skipped_image_ids"].to_string();
+    assert!(
+        listed.contains("\"empty\"") && listed.contains("is empty (0 bytes)") && listed.contains("\"words\""),
+        "{listed}"
+    );
+
     // A text model has no vision tower: refused by name before anything is embedded.
     let job = format!(
         "SET embed.model = '{}';\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION 'corpus/images.parquet';\n\

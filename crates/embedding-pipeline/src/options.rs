@@ -81,6 +81,10 @@ extensions_options! {
         pub intra_threads: usize, default = 0
         /// Images (`embed_image`): most images in one model call.
         pub batch_images: usize, default = 32
+        /// Images: what a bad image (empty, unreadable, not an image, broken, over `max_image_pixels`) gets:
+        /// 'error' stops the query naming its id; 'skip' writes no row for it, counts it and lists its id (with
+        /// why) in the run record, so a rerun tries it again.
+        pub bad_images: String, default = "error".to_string()
         /// Images: the most pixels an image may have (width x height, read from its header before it is decoded);
         /// a larger one is refused by its id, as a decompression bomb. The default is Pillow's own limit.
         pub max_image_pixels: u64, default = crate::model::image::DEFAULT_MAX_PIXELS
@@ -233,6 +237,7 @@ impl EmbedOptions {
             "normalize" => self.normalize_override().map(|_| ()),
             "precision" => self.vector_dtype().map(|_| ()),
             "blank_texts" => self.refuse_blank().map(|_| ()),
+            "bad_images" => self.skip_bad_images().map(|_| ()),
             "order" => self.resolved_order().map(|_| ()),
             "commit_rows" => positive(self.commit_rows as u64),
             "commit_seconds" => positive(self.commit_seconds),
@@ -348,6 +353,15 @@ impl EmbedOptions {
             truncate_dim: self.truncate_dim,
             refuse_blank: self.refuse_blank()?,
         })
+    }
+
+    /// Whether `embed.bad_images` skips bad images (else a bad image stops the query).
+    pub fn skip_bad_images(&self) -> Result<bool> {
+        match self.bad_images.to_ascii_lowercase().as_str() {
+            "error" => Ok(false),
+            "skip" => Ok(true),
+            _ => Err(bad("bad_images", &self.bad_images, "use 'error' or 'skip'")),
+        }
     }
 
     /// Whether `embed.blank_texts` refuses blank texts.

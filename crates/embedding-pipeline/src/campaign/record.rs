@@ -55,6 +55,19 @@ pub struct RunRecord {
     pub write_seconds: f64,
     /// useful_tokens / wall_seconds.
     pub useful_tokens_per_second: f64,
+    /// Images among the documents (`embed_image`), the pixels decoded from them and the bytes of their files read;
+    /// absent for texts. `tokenize_seconds` is then the images' decoding and processing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub images: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_pixels: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_bytes: u64,
+    /// Bad images skipped (`embed.bad_images = 'skip'`): how many, and the first 1,000 ids with why.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_images: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_image_ids: Vec<SkippedImage>,
     /// The process's peak resident memory so far, bytes (0 where it cannot be read).
     #[serde(default)]
     pub peak_memory_bytes: u64,
@@ -123,6 +136,16 @@ impl RunRecord {
             model_busy: stats.model_busy(std::time::Duration::from_secs_f64(wall_seconds.max(0.0))).unwrap_or(0.0),
             write_seconds,
             useful_tokens_per_second: ratio(stats.useful_tokens, wall_seconds),
+            images: stats.images,
+            image_pixels: stats.image_pixels,
+            image_bytes: stats.image_bytes,
+            skipped_images: stats.skipped_images.len() as u64,
+            skipped_image_ids: stats
+                .skipped_images
+                .iter()
+                .take(SKIPPED_LISTED)
+                .map(|(id, why)| SkippedImage { id: id.clone(), why: why.clone() })
+                .collect(),
             peak_memory_bytes: 0,
             device,
             previous_device: None,
@@ -170,6 +193,10 @@ impl RunRecord {
             model_time: std::time::Duration::from_secs_f64(self.model_seconds.max(0.0)),
             run_time: std::time::Duration::from_secs_f64(self.model_run_seconds.max(0.0)),
             sessions: self.model_sessions,
+            images: self.images,
+            image_pixels: self.image_pixels,
+            image_bytes: self.image_bytes,
+            skipped_images: self.skipped_image_ids.iter().map(|s| (s.id.clone(), s.why.clone())).collect(),
         }
     }
 }
@@ -193,4 +220,18 @@ pub struct ExecutorShare {
     pub processed_tokens: u64,
     /// Its tasks' time in the model, seconds (summed over tasks).
     pub model_seconds: f64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The most skipped images a run record lists by id.
+const SKIPPED_LISTED: usize = 1000;
+
+/// One bad image skipped, by its id (or its row in the call, when the query names no id), and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkippedImage {
+    pub id: String,
+    pub why: String,
 }

@@ -184,7 +184,8 @@ impl ExecutionPlan for EmbedExec {
                         Ok::<_, DataFusionError>(columns)
                     })
                     .await;
-                    Ok((RecordBatch::try_new(schema, columns?)?, stats))
+                    let batch = RecordBatch::try_new(schema, columns?)?;
+                    Ok((without_skipped_images(batch, &chunk, &exprs, &config)?, stats))
                 }
             })
             .buffered(self.in_flight)
@@ -200,6 +201,38 @@ impl ExecutionPlan for EmbedExec {
             batch
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), sent)))
+    }
+}
+
+/// `batch` without the rows whose image `embed_image` skipped (`embed.bad_images = 'skip'`): a NULL vector for an
+/// image that was there. The sink then writes no row for them, and a rerun tries them again. A NULL image keeps its
+/// row (and its NULL vector), as a NULL text does.
+fn without_skipped_images(
+    batch: RecordBatch,
+    chunk: &RecordBatch,
+    exprs: &[Arc<AsyncFuncExpr>],
+    config: &datafusion::common::config::ConfigOptions,
+) -> Result<RecordBatch> {
+    if !crate::options::EmbedOptions::from_config(config).skip_bad_images().unwrap_or(false) {
+        return Ok(batch);
+    }
+    let first_output = batch.num_columns() - exprs.len();
+    let mut keep: Option<datafusion::arrow::array::BooleanArray> = None;
+    for (i, e) in exprs.iter().enumerate() {
+        let Some(f) = e.func.as_ref().downcast_ref::<datafusion::physical_expr::ScalarFunctionExpr>() else { continue };
+        let Some(image) = f.args().first().filter(|_| f.name() == "embed_image") else { continue };
+        let image = image.evaluate(chunk)?.into_array(chunk.num_rows())?;
+        let vectors = batch.column(first_output + i);
+        let kept: datafusion::arrow::array::BooleanArray =
+            (0..batch.num_rows()).map(|r| Some(!(vectors.is_null(r) && image.is_valid(r)))).collect();
+        keep = Some(match keep {
+            Some(k) => datafusion::arrow::compute::and(&k, &kept)?,
+            None => kept,
+        });
+    }
+    match keep {
+        Some(keep) if keep.false_count() > 0 => Ok(datafusion::arrow::compute::filter_record_batch(&batch, &keep)?),
+        _ => Ok(batch),
     }
 }
 

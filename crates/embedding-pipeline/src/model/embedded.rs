@@ -37,6 +37,15 @@ pub struct EmbedStats {
     pub run_time: Duration,
     /// The model sessions that made the calls (the most seen; they share the calls).
     pub sessions: u64,
+    /// Images embedded (`embed_image`), counted among `docs` too; `tokenize_time` is then their decoding and
+    /// processing.
+    pub images: u64,
+    /// Pixels of those images as decoded (width x height, before resizing).
+    pub image_pixels: u64,
+    /// Bytes of their files read.
+    pub image_bytes: u64,
+    /// Bad images skipped under `embed.bad_images = 'skip'` (not among `images`): each id (or row) and why.
+    pub skipped_images: Vec<(String, String)>,
 }
 
 impl EmbedStats {
@@ -55,6 +64,10 @@ impl EmbedStats {
             model_time: self.model_time.saturating_sub(earlier.model_time),
             run_time: self.run_time.saturating_sub(earlier.run_time),
             sessions: self.sessions,
+            images: self.images - earlier.images,
+            image_pixels: self.image_pixels - earlier.image_pixels,
+            image_bytes: self.image_bytes - earlier.image_bytes,
+            skipped_images: self.skipped_images.iter().skip(earlier.skipped_images.len()).cloned().collect(),
         }
     }
 
@@ -72,6 +85,10 @@ impl EmbedStats {
         self.model_time += o.model_time;
         self.run_time += o.run_time;
         self.sessions = self.sessions.max(o.sessions);
+        self.images += o.images;
+        self.image_pixels += o.image_pixels;
+        self.image_bytes += o.image_bytes;
+        self.skipped_images.extend(o.skipped_images.iter().cloned());
     }
 
     /// The share of `wall` each session had a model call in flight, on average over the sessions: near 1 when the

@@ -39,6 +39,8 @@ pub struct Embedder {
     device: DeviceInfo,
     tokenizer: TextTokenizer,
     workers: Vec<Worker>,
+    /// Whether the graph takes an attention mask (SigLIP's text tower does not).
+    with_mask: bool,
     with_token_types: bool,
     /// The graph takes `position_ids` (0, 1, … for each text's tokens; padding is on the right).
     with_positions: bool,
@@ -60,9 +62,6 @@ impl Embedder {
     /// Load the tokenizer and build the ONNX Runtime sessions the placement asks for, checking that the
     /// model's inputs and outputs are ones we can serve.
     pub fn load(spec: ModelSpec, placement: &Placement) -> Result<Self> {
-        if let Some(why) = spec.image.as_ref().and_then(|i| i.text_refused.as_deref()) {
-            return Err(Error::model(&spec.dir, "", format!("texts cannot be embedded with this model: {why}")));
-        }
         let tokenizer = TextTokenizer::from_file(&spec.tokenizer_path, &spec.dir)?;
         let dense = spec.dense.iter().map(|d| Dense::load(d, &spec.dir)).collect::<Result<Vec<_>>>()?;
         check_vocabulary(&spec, &tokenizer)?;
@@ -77,7 +76,7 @@ impl Embedder {
         let (workers, mut info) = start_workers(&spec, &graph, placement, &library)?;
 
         let bound = workers[0].bound.lock().unwrap_or_else(|e| e.into_inner());
-        let Io { with_token_types, with_positions, output, output_f16 } = Io::of(&spec, &bound.session)?;
+        let Io { with_mask, with_token_types, with_positions, output, output_f16 } = Io::of(&spec, &bound.session)?;
         drop(bound);
         // Only now that the model's inputs are known to be ones we feed: where its nodes really run.
         if let Device::Cuda(_) = device {
@@ -95,6 +94,7 @@ impl Embedder {
             device: info,
             tokenizer,
             workers,
+            with_mask,
             with_token_types,
             with_positions,
             dense,
@@ -166,7 +166,9 @@ impl Embedder {
         stop: &(dyn Fn() -> bool + Sync),
         busy: &Busy,
     ) -> Result<RowVectors> {
-        let (rows, len) = (batch.rows.len(), batch.padded_len);
+        // SigLIP's texts are padded to a fixed length, as it was trained: every row the same, whatever the batch.
+        let fixed = self.spec.image.as_ref().and_then(|i| i.text_length);
+        let (rows, len) = (batch.rows.len(), fixed.map_or(batch.padded_len, |n| n.max(batch.padded_len)));
         let mut bound = worker.bound.lock().unwrap_or_else(|e| e.into_inner());
         // Asked once the session is ours, so that a call queued behind another never starts after a stop.
         if stop() {
@@ -197,7 +199,10 @@ impl Embedder {
             feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.ids[j] as i64, self.spec.pad_id))?;
         let mask = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |_, _| 1, 0))?;
         let types;
-        let mut inputs = vec![("input_ids", &ids), ("attention_mask", &mask)];
+        let mut inputs = vec![("input_ids", &ids)];
+        if self.with_mask {
+            inputs.push(("attention_mask", &mask));
+        }
         if self.with_token_types {
             types = feed.input(rows, len, |d| fill_rows(d, tokens, batch, len, |t, j| t.type_ids[j] as i64, 0))?;
             inputs.push(("token_type_ids", &types));

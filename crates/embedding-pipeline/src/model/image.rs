@@ -53,6 +53,8 @@ pub struct ImageProcessing {
 pub enum ImageError {
     /// No bytes at all.
     Empty,
+    /// Its file cannot be read (missing, unreadable): the path and why.
+    File(String),
     /// Not an image of a format this pipeline decodes, or a broken one: the reason in words.
     Unreadable(String),
     /// More pixels than the limit: a decompression bomb, or an image to shrink first.
@@ -63,6 +65,7 @@ impl std::fmt::Display for ImageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Empty => write!(f, "is empty (0 bytes)"),
+            Self::File(why) => write!(f, "cannot be read from its file: {why}"),
             Self::Unreadable(why) => write!(f, "cannot be read as an image: {why}"),
             Self::TooLarge { width, height, limit } => write!(
                 f,

@@ -24,8 +24,9 @@ pub struct ImageSpec {
     pub processing: ImageProcessing,
     /// The processor config's file, relative to the directory (hashed into the fingerprint).
     pub processor_file: String,
-    /// Why its texts cannot be embedded here, when they cannot (SigLIP's fixed-length, unmasked texts).
-    pub text_refused: Option<String>,
+    /// SigLIP's texts: padded to this many tokens whatever their length (processing_kwargs' `max_length` with
+    /// `padding: "max_length"`), as the model was trained; its text graph then takes no attention mask.
+    pub text_length: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -115,7 +116,7 @@ pub(super) fn load(dir: &Path, module: &Module) -> Result<ImageTextModel> {
     check_routing(dir, &at("sentence_bert_config.json"), &sbert)?;
     let hf: HfConfig = read_json(dir, &at("config.json"))?;
     let (model_type, dim) = dimension(dir, &at("config.json"), &hf)?;
-    let text_refused = text_refusal(dir, &at("sentence_bert_config.json"), &sbert)?;
+    let text_length = text_length(dir, &at("sentence_bert_config.json"), &sbert)?;
     let processing = ImageProcessing::load(dir, &folder)?;
     let processor_file = if dir.join(at("processor_config.json")).is_file() {
         at("processor_config.json")
@@ -137,6 +138,8 @@ pub(super) fn load(dir: &Path, module: &Module) -> Result<ImageTextModel> {
         .map(|n| n as usize)
         .or(positions)
         .ok_or_else(|| bad(at("tokenizer_config.json"), "needs a model_max_length".into()))?;
+    // Padded to a fixed length, a text is cut there too.
+    let max_seq_length = text_length.map_or(max_seq_length, |n| max_seq_length.min(n));
     if let Some(p) = positions.filter(|p| max_seq_length > *p) {
         return Err(bad(
             at("tokenizer_config.json"),
@@ -166,7 +169,7 @@ pub(super) fn load(dir: &Path, module: &Module) -> Result<ImageTextModel> {
         positions_from: positions
             .map(|p| format!("text_config.max_position_embeddings {p} in config.json"))
             .unwrap_or_default(),
-        image: ImageSpec { folder, model_type, processing, processor_file, text_refused },
+        image: ImageSpec { folder, model_type, processing, processor_file, text_length },
     })
 }
 
@@ -220,29 +223,24 @@ fn dimension(dir: &Path, file: &str, hf: &HfConfig) -> Result<(String, usize)> {
     Ok((model_type, dim))
 }
 
-/// Why the model's texts cannot be embedded here (SigLIP's), or None; other tokenizer arguments are refused.
-fn text_refusal(dir: &Path, file: &str, sbert: &Sbert) -> Result<Option<String>> {
+/// The fixed length SigLIP's texts are padded to (processing_kwargs `{"text": {"padding": "max_length",
+/// "max_length": N}}`), or None; any other tokenizer argument is refused.
+fn text_length(dir: &Path, file: &str, sbert: &Sbert) -> Result<Option<usize>> {
     let bad = |m: String| Error::model(dir, file, m);
-    // SigLIP's texts: padded to a fixed length, no attention mask (processing_kwargs asks for the padding).
-    let text_refused = match sbert.processing_kwargs.get("text") {
-        None => None,
-        Some(kwargs) if kwargs.get("padding").and_then(|p| p.as_str()) == Some("max_length") => Some(format!(
-            "its texts are padded to a fixed length ({}: processing_kwargs {kwargs}) and fed without an attention \
-             mask, which this pipeline does not do yet; embed its images with embed_image(), or use a CLIP model \
-             for text queries",
-            file
-        )),
-        Some(kwargs) => {
-            return Err(bad(format!(
-                "processing_kwargs text {kwargs} are tokenizer arguments this pipeline does not apply"
-            )));
-        }
-    };
     if let Some(other) = sbert.processing_kwargs.keys().find(|k| *k != "text") {
         return Err(bad(format!(
             "processing_kwargs {other} {} are processor arguments this pipeline does not apply",
             sbert.processing_kwargs[other]
         )));
     }
-    Ok(text_refused)
+    let Some(kwargs) = sbert.processing_kwargs.get("text") else { return Ok(None) };
+    let object = kwargs.as_object().cloned().unwrap_or_default();
+    let length = object.get("max_length").and_then(|n| n.as_u64()).filter(|n| *n >= 2);
+    match (object.get("padding").and_then(|p| p.as_str()), length, object.len()) {
+        (Some("max_length"), Some(n), 2) => Ok(Some(n as usize)),
+        _ => Err(bad(format!(
+            "processing_kwargs text {kwargs} are tokenizer arguments this pipeline does not apply (it applies \
+             {{\"padding\": \"max_length\", \"max_length\": N}}, SigLIP's)"
+        ))),
+    }
 }

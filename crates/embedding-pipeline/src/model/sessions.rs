@@ -126,6 +126,7 @@ pub(super) fn start_workers(
 
 /// The graph's inputs and output as the embedder feeds and reads them.
 pub(super) struct Io {
+    pub(super) with_mask: bool,
     pub(super) with_token_types: bool,
     pub(super) with_positions: bool,
     pub(super) output: Output,
@@ -138,13 +139,24 @@ impl Io {
     pub(super) fn of(spec: &ModelSpec, session: &Session) -> Result<Self> {
         let bad = |m: String| spec.onnx_error(m);
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
-        for required in ["input_ids", "attention_mask"] {
+        // SigLIP's text tower takes no attention mask: its texts are padded to a fixed length.
+        let unmasked = spec.image.as_ref().is_some_and(|i| i.text_length.is_some());
+        let required: &[&str] = if unmasked { &["input_ids"] } else { &["input_ids", "attention_mask"] };
+        for &required in required {
             if !inputs.contains(&required) {
                 return Err(bad(format!("has no `{required}` input (inputs: {})", inputs.join(", "))));
             }
         }
         if let Some(other) = inputs.iter().find(|n| !FED.contains(n)) {
             return Err(bad(format!("has an input `{other}` we cannot feed; expected {}", FED.join(", "))));
+        }
+        let with_mask = inputs.contains(&"attention_mask");
+        if unmasked && with_mask {
+            return Err(bad(
+                "takes an attention mask, but this model's texts are fed without one (SigLIP's): export it with \
+                 scripts/export-onnx"
+                    .into(),
+            ));
         }
         let with_token_types = inputs.contains(&"token_type_ids");
         let with_positions = inputs.contains(&"position_ids");
@@ -205,7 +217,7 @@ impl Io {
                 )));
             }
         };
-        Ok(Self { with_token_types, with_positions, output, output_f16 })
+        Ok(Self { with_mask, with_token_types, with_positions, output, output_f16 })
     }
 }
 

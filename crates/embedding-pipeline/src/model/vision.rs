@@ -33,10 +33,18 @@ pub struct VisionEmbedder {
 pub struct ImagesEmbedded {
     pub vectors: Vec<f32>,
     pub valid: Vec<bool>,
+    /// The call's counters, its images' pixels and bytes among them.
     pub stats: EmbedStats,
-    /// Pixels decoded, and bytes read, over the call's images.
-    pub pixels: u64,
-    pub bytes: u64,
+    /// The bad images skipped, by row.
+    pub bad: Vec<BadImage>,
+}
+
+/// Where an image comes from: its file's bytes, or the path of its file (read when it is embedded; a relative
+/// path from the current directory).
+#[derive(Debug, Clone, Copy)]
+pub enum ImageSource<'a> {
+    Bytes(&'a [u8]),
+    Path(&'a str),
 }
 
 /// A bad image at a row of the call.
@@ -111,13 +119,15 @@ impl VisionEmbedder {
         self.dim
     }
 
-    /// Embed `images` (NULL for a NULL row), `batch` per model call. The first bad image stops the call, named
-    /// by its row; nothing is embedded once `stop` says so.
+    /// Embed `images` (NULL for a NULL row), `batch` per model call. A bad image stops the call, named by its row;
+    /// with `skip_bad`, it gets no vector instead (`valid` false) and is listed in `bad`. Nothing is embedded once
+    /// `stop` says so.
     pub fn embed(
         &self,
-        images: &[Option<&[u8]>],
+        images: &[Option<ImageSource<'_>>],
         batch: usize,
         max_pixels: u64,
+        skip_bad: bool,
         stop: &dyn Fn() -> bool,
     ) -> std::result::Result<ImagesEmbedded, EmbedImageError> {
         let (height, width) = self.processing.input_size();
@@ -135,19 +145,41 @@ impl VisionEmbedder {
             }
             let started = Instant::now();
             let mut pixels = vec![0.0f32; chunk.len() * per_image];
-            let prepared = self.prepare(images, chunk, &mut pixels, per_image, max_pixels)?;
+            let prepared = self.prepare(images, chunk, &mut pixels, per_image, max_pixels);
             out.stats.tokenize_time += started.elapsed();
-            for (row, p) in chunk.iter().zip(&prepared) {
-                out.pixels += p.width as u64 * p.height as u64;
-                out.bytes += images[*row].map_or(0, |b| b.len() as u64);
+            // The good images' pixels, in order; the bad ones stop the call, or are left out.
+            let mut good = Vec::with_capacity(chunk.len());
+            let mut kept = 0;
+            for (i, (row, result)) in chunk.iter().zip(prepared).enumerate() {
+                match result {
+                    Ok((p, bytes)) => {
+                        out.stats.image_pixels += p.width as u64 * p.height as u64;
+                        out.stats.image_bytes += bytes;
+                        if kept != i {
+                            pixels.copy_within(i * per_image..(i + 1) * per_image, kept * per_image);
+                        }
+                        kept += 1;
+                        good.push(*row);
+                    }
+                    Err(error) if skip_bad => {
+                        out.valid[*row] = false;
+                        out.bad.push(BadImage { row: *row, error });
+                    }
+                    Err(error) => return Err(EmbedImageError::Bad(BadImage { row: *row, error })),
+                }
             }
+            if good.is_empty() {
+                continue;
+            }
+            pixels.truncate(good.len() * per_image);
+            out.stats.images += good.len() as u64;
             let started = Instant::now();
-            let vectors = self.run(pixels, chunk.len(), height, width).map_err(EmbedImageError::Other)?;
+            let vectors = self.run(pixels, good.len(), height, width).map_err(EmbedImageError::Other)?;
             out.stats.model_time += started.elapsed();
             out.stats.run_time += started.elapsed();
             out.stats.model_calls += 1;
-            out.stats.docs += chunk.len() as u64;
-            for (i, row) in chunk.iter().enumerate() {
+            out.stats.docs += good.len() as u64;
+            for (i, row) in good.iter().enumerate() {
                 out.vectors[row * self.dim..(row + 1) * self.dim]
                     .copy_from_slice(&vectors[i * self.dim..(i + 1) * self.dim]);
             }
@@ -156,18 +188,19 @@ impl VisionEmbedder {
         Ok(out)
     }
 
-    /// Decode and process the images of `rows` into `pixels`, over the embedder's threads.
+    /// Decode and process the images of `rows` into `pixels`, over the embedder's threads: per row, what it was
+    /// (its decoded size and the bytes read), or why it is bad.
     fn prepare(
         &self,
-        images: &[Option<&[u8]>],
+        images: &[Option<ImageSource<'_>>],
         rows: &[usize],
         pixels: &mut [f32],
         per_image: usize,
         max_pixels: u64,
-    ) -> std::result::Result<Vec<crate::model::image::Prepared>, EmbedImageError> {
+    ) -> Vec<std::result::Result<(crate::model::image::Prepared, u64), ImageError>> {
         let threads = self.threads.min(rows.len()).max(1);
         let per_thread = rows.len().div_ceil(threads);
-        let results: Vec<std::result::Result<Vec<_>, BadImage>> = std::thread::scope(|scope| {
+        std::thread::scope(|scope| {
             let handles: Vec<_> = rows
                 .chunks(per_thread)
                 .zip(pixels.chunks_mut(per_thread * per_image))
@@ -176,29 +209,29 @@ impl VisionEmbedder {
                         rows.iter()
                             .zip(out.chunks_mut(per_image))
                             .map(|(row, out)| {
-                                let bytes = images[*row].unwrap_or_default();
-                                self.processing
-                                    .prepare(bytes, max_pixels, out)
-                                    .map_err(|error| BadImage { row: *row, error })
+                                let read;
+                                let bytes = match images[*row] {
+                                    Some(ImageSource::Bytes(b)) => b,
+                                    Some(ImageSource::Path(p)) => {
+                                        read = std::fs::read(p).map_err(|e| ImageError::File(format!("{p}: {e}")))?;
+                                        &read
+                                    }
+                                    None => &[],
+                                };
+                                let prepared = self.processing.prepare(bytes, max_pixels, out)?;
+                                Ok((prepared, bytes.len() as u64))
                             })
-                            .collect()
+                            .collect::<Vec<_>>()
                     })
                 })
                 .collect();
+            let panicked = |n: usize| vec![Err(ImageError::Unreadable("its decoder panicked".into())); n];
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(BadImage { row: 0, error: ImageError::Unreadable("its decoder panicked".into()) })
-                    })
-                })
+                .zip(rows.chunks(per_thread))
+                .flat_map(|(h, rows)| h.join().unwrap_or_else(|_| panicked(rows.len())))
                 .collect()
-        });
-        let mut all = Vec::with_capacity(rows.len());
-        for result in results {
-            all.extend(result.map_err(EmbedImageError::Bad)?);
-        }
-        Ok(all)
+        })
     }
 
     fn run(&self, pixels: Vec<f32>, rows: usize, height: u32, width: u32) -> Result<Vec<f32>> {

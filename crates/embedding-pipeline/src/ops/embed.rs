@@ -62,8 +62,8 @@ pub async fn embed_images(
     let (_, fingerprint) = Fingerprint::for_options(options)?;
     let (embedder, stop, options) = (options.vision_embedder()?, stop.clone(), options.clone());
     let embedded = tokio::task::spawn_blocking(move || {
-        let refs: Vec<Option<&[u8]>> = images.iter().map(|i| Some(i.as_slice())).collect();
-        embedder.embed(&refs, options.batch_images, options.max_image_pixels, &|| stop.requested())
+        let refs: Vec<_> = images.iter().map(|i| Some(crate::model::vision::ImageSource::Bytes(i))).collect();
+        embedder.embed(&refs, options.batch_images, options.max_image_pixels, false, &|| stop.requested())
     })
     .await?
     .map_err(|e| match e {

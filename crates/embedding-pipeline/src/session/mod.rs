@@ -64,6 +64,7 @@ impl EmbedSession {
             ctx.register_udf(udf);
         }
         ctx.register_udtf("embed_search", Arc::new(crate::udf::EmbedSearchFunc));
+        ctx.register_udtf("image_files", Arc::new(crate::udf::ImageFilesFunc));
         Ok(Self { ctx, metrics, cluster: None })
     }
 

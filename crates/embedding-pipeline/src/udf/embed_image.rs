@@ -1,4 +1,5 @@
-//! `embed_image(image [, id])`: a column of image files' bytes (Binary, LargeBinary, BinaryView) in, the vision
+//! `embed_image(image [, id])`: a column of image files' bytes (Binary, LargeBinary, BinaryView) or paths (text;
+//! `image_files('folder')` lists a folder's) in, the vision
 //! tower's `FixedSizeList<Float32, dim>` vector out, with the same fingerprint as `embed(text)` of the same
 //! image-text model (CLIP, SigLIP): its text and image vectors share one space.
 //!
@@ -23,7 +24,7 @@ use datafusion::logical_expr::{
 use super::embed::vector_type;
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
-use crate::model::vision::EmbedImageError;
+use crate::model::vision::{EmbedImageError, ImageSource};
 use crate::options::EmbedOptions;
 
 /// Both functions for a session with these options: `embed_image(image)` and `embed_image_dim()`.
@@ -116,10 +117,11 @@ impl ScalarUDFImpl for EmbedImageUdf {
         let arg = &args.arg_fields[0];
         match arg.data_type() {
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::Null => {}
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {}
             other => {
                 return plan_err!(
-                    "embed_image() needs the images' bytes (a binary column), but `{}` is {other}; read image files \
-                     as bytes (a Parquet or Lance binary column)",
+                    "embed_image() needs the images' bytes (a binary column) or their files' paths (a text column), \
+                     but `{}` is {other}",
                     arg.name()
                 );
             }
@@ -160,27 +162,40 @@ fn embed_array(
     metrics: &RunMetrics,
 ) -> Result<(ArrayRef, crate::model::EmbedStats)> {
     let embedder = options.vision_embedder()?;
-    let values: Vec<Option<&[u8]>> = match images.data_type() {
-        DataType::Binary => images.as_binary::<i32>().iter().collect(),
-        DataType::LargeBinary => images.as_binary::<i64>().iter().collect(),
-        DataType::BinaryView => images.as_binary_view().iter().collect(),
+    let values: Vec<Option<ImageSource>> = match images.data_type() {
+        DataType::Binary => images.as_binary::<i32>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+        DataType::LargeBinary => images.as_binary::<i64>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+        DataType::BinaryView => images.as_binary_view().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+        DataType::Utf8 => images.as_string::<i32>().iter().map(|p| p.map(ImageSource::Path)).collect(),
+        DataType::LargeUtf8 => images.as_string::<i64>().iter().map(|p| p.map(ImageSource::Path)).collect(),
+        DataType::Utf8View => images.as_string_view().iter().map(|p| p.map(ImageSource::Path)).collect(),
         DataType::Null => vec![None; images.len()],
-        other => return Err(exec_datafusion_err!("embed_image() needs a binary argument, got {other}")),
+        other => return Err(exec_datafusion_err!("embed_image() needs a binary or text argument, got {other}")),
     };
     let stop = || metrics.stop().requested();
     metrics.record_call_started();
-    let out = embedder.embed(&values, options.batch_images, options.max_image_pixels, &stop).map_err(|e| match e {
-        EmbedImageError::Bad(bad) => {
-            let who = match ids.and_then(|ids| ScalarValue::try_from_array(ids, bad.row).ok()) {
-                Some(id) => format!("the image of id {id}"),
-                None => {
-                    format!("the image at row {} (pass the id as embed_image(image, id) to have it named)", bad.row)
-                }
-            };
-            exec_datafusion_err!("{who} {}; leave it out of the query, or replace the file", bad.error)
-        }
-        EmbedImageError::Other(e) => e.into(),
-    })?;
+    let skip = options.skip_bad_images()?;
+    let id_of = |row: usize| ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()).filter(|v| !v.is_null());
+    let mut out =
+        embedder.embed(&values, options.batch_images, options.max_image_pixels, skip, &stop).map_err(|e| match e {
+            EmbedImageError::Bad(bad) => {
+                let who = match id_of(bad.row) {
+                    Some(id) => format!("the image of id {id}"),
+                    None => {
+                        format!("the image at row {} (pass the id as embed_image(image, id) to have it named)", bad.row)
+                    }
+                };
+                exec_datafusion_err!(
+                    "{who} {}; leave it out of the query, replace the file, or SET embed.bad_images = 'skip'",
+                    bad.error
+                )
+            }
+            EmbedImageError::Other(e) => e.into(),
+        })?;
+    for bad in &out.bad {
+        let id = id_of(bad.row).map_or_else(|| format!("row {}", bad.row), |id| id.to_string());
+        out.stats.skipped_images.push((id, bad.error.to_string()));
+    }
     metrics.record_embed(&out.stats);
     let nulls = NullBuffer::from(out.valid);
     let element = if fingerprint.dtype == "float16" { DataType::Float16 } else { DataType::Float32 };

@@ -3,8 +3,10 @@
 
 pub mod embed;
 pub mod embed_image;
+pub mod image_files;
 pub mod search;
 
 pub use embed::{EmbedUdf, embed_udfs};
 pub use embed_image::embed_image_udfs;
+pub use image_files::ImageFilesFunc;
 pub use search::EmbedSearchFunc;
