@@ -1017,8 +1017,8 @@ print("|---|---|---|---|---|")
 base = n / rows[0][1]
 for name, wall, rss in rows:
     print(f"| {name} | {wall:.1f} | {n / wall:.1f} | {n / wall / base:.2f}x | {rss:,.0f} |")
-print(f"\nThe pipeline's host work (decoding, turning, resizing, normalising, over all {threads} threads): {host:.1f} s of")
-print(f"the wall, **{host / mp * 1000:.0f} ms per megapixel**. The export's own check: {'; '.join(l.split(': ', 1)[1].strip() for l in export)}\n")
+print(f"\nThe pipeline's host work (decoding, turning, resizing, normalising, over all {threads} threads), summed over the")
+print(f"model calls, which overlap: {host:.1f} s, **{host / mp * 1000:.0f} ms per megapixel**. The export's own check: {'; '.join(l.split(': ', 1)[1].strip() for l in export)}\n")
 PY
 }
 

@@ -276,29 +276,23 @@ fn print_summary(r: &RunReport, printer: Printer) {
     if e.docs + e.nulls == 0 {
         return;
     }
-    note!(
-        printer,
-        "embedded {} documents ({} NULL), {} useful of {} processed tokens (padding efficiency {:.3}), \
-         {} truncated ({} tokens dropped), {:.0} useful tokens/s",
-        e.docs,
-        e.nulls,
-        e.useful_tokens,
-        e.processed_tokens,
-        r.padding_efficiency(),
-        e.truncated_docs,
-        e.dropped_tokens,
-        r.useful_tokens_per_second()
-    );
-    if e.images > 0 {
+    // Texts: documents and tokens. Images alone have no tokens: their own line says what they were.
+    if e.docs > e.images || e.images == 0 {
         note!(
             printer,
-            "images: {} embedded, {:.1} megapixels decoded from {:.1} MB of files; decoding and processing {:.2} s",
-            e.images,
-            e.image_pixels as f64 / 1e6,
-            e.image_bytes as f64 / 1e6,
-            e.tokenize_time.as_secs_f64()
+            "embedded {} documents ({} NULL), {} useful of {} processed tokens (padding efficiency {:.3}), \
+             {} truncated ({} tokens dropped), {:.0} useful tokens/s",
+            e.docs - e.images,
+            e.nulls,
+            e.useful_tokens,
+            e.processed_tokens,
+            r.padding_efficiency(),
+            e.truncated_docs,
+            e.dropped_tokens,
+            r.useful_tokens_per_second()
         );
     }
+    note_images(r, printer);
     if e.nulls > 0 && !r.writes.is_empty() {
         note!(
             printer,
@@ -340,6 +334,26 @@ fn print_summary(r: &RunReport, printer: Printer) {
     }
 }
 
+/// The images' line: how many, their pixels and bytes, and their pace.
+fn note_images(r: &RunReport, printer: Printer) {
+    let e = &r.embedded;
+    if e.images == 0 && e.skipped_images.is_empty() {
+        return;
+    }
+    let wall = r.wall_seconds.max(1e-9);
+    note!(
+        printer,
+        "embedded {} images ({} NULL, {} bad ones skipped), {:.1} megapixels decoded from {:.1} MB of files, \
+         {:.1} images/s",
+        e.images,
+        if e.docs > e.images { 0 } else { e.nulls },
+        e.skipped_images.len(),
+        e.image_pixels as f64 / 1e6,
+        e.image_bytes as f64 / 1e6,
+        e.images as f64 / wall
+    );
+}
+
 /// Where the run's time went: tokenising, the model, writing (summed over calls, which overlap).
 fn note_times(r: &RunReport, write_seconds: f64, printer: Printer) {
     let e = &r.embedded;
@@ -355,9 +369,10 @@ fn note_times(r: &RunReport, write_seconds: f64, printer: Printer) {
     } else {
         note!(
             printer,
-            "time: first model call at {:.1} s; tokenising {:.2} s, model {:.1} s, writing {:.2} s (summed over calls \
-             and partitions, which overlap)",
+            "time: first model call at {:.1} s; {} {:.2} s, model {:.1} s, writing {:.2} s (summed over calls and \
+             partitions, which overlap)",
             r.first_model_call_seconds.unwrap_or(0.0),
+            if e.images > 0 && e.docs == e.images { "decoding images" } else { "tokenising" },
             e.tokenize_time.as_secs_f64(),
             e.model_time.as_secs_f64(),
             write_seconds

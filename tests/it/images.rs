@@ -132,6 +132,18 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     let o = run_job(dir, "", query, "folder.lance");
     assert!(o.status.success(), "{:?}", text(&o));
     assert_eq!(written(dir, "folder.lance").await.len(), reference.len(), "a rerun adds nothing");
+    // What is not built yet for images is refused by name: planning, and embedding a sample again in verify (whose
+    // id check runs).
+    let o = pipeline(&["plan", "job.sql"], dir);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success()
+            && err.contains("embeds images (embed_image), which pipeline plan, probe and trial do not measure yet"),
+        "{err}"
+    );
+    let o = pipeline(&["verify", "folder.lance", "--job", "job.sql"], dir);
+    let (out, err) = text(&o);
+    assert!(format!("{out}{err}").contains("which verify does not embed again yet"), "{out}{err}");
     let o = run_job(
         dir,
         "",

@@ -59,6 +59,7 @@ impl EmbedSession {
         for udf in embed_udfs(&options, Arc::clone(&metrics)) {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::udf::embed_image::refused_on_cluster());
         Ok(Self::from_parts(ctx, metrics, Some(url.to_string())))
     }
 

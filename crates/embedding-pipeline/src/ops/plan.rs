@@ -484,7 +484,34 @@ pub async fn counting_input(
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    found.ok_or_else(|| Error::Refused(format!("the write into {} has no embed(text) to order", target.uri)))
+    found.ok_or_else(|| match calls_embed_image(write) {
+        true => Error::Refused(format!(
+            "the write into {} embeds images (embed_image), which pipeline plan, probe and trial do not measure yet; \
+             run the job with pipeline run",
+            target.uri
+        )),
+        false => Error::Refused(format!("the write into {} has no embed(text) to order", target.uri)),
+    })
+}
+
+/// Whether any expression of `plan` calls `embed_image()`.
+pub fn calls_embed_image(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        for e in node.expressions() {
+            let _ = e.apply(|x| {
+                if let datafusion::logical_expr::Expr::ScalarFunction(f) = x
+                    && f.name() == "embed_image"
+                {
+                    found = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    found
 }
 
 /// Refuse to replace `dir` unless it holds a plan, or nothing: a folder of someone else's files that happens to

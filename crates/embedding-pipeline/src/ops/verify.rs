@@ -496,7 +496,13 @@ async fn read_job(
     let differences = id_differences(ctx, &target.input, args.id(), ds, &fail).await?;
     // The texts, as the write's query computes them beside its ids.
     let texts = if args.sample == 0 { None } else { texts_plan(&target.input, args.id()) };
-    if args.sample > 0 && texts.is_none() {
+    if args.sample > 0 && crate::ops::plan::calls_embed_image(&target.input) {
+        words.cannot_check.push(format!(
+            "the sample: the write into {} embeds images (embed_image), which verify does not embed again yet; its \
+             ids were checked against the corpus",
+            target.uri
+        ));
+    } else if args.sample > 0 && texts.is_none() {
         words.cannot_check.push(format!(
             "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \
              its texts cannot be read beside their ids",

@@ -254,3 +254,48 @@ impl ScalarUDFImpl for EmbedImageDimUdf {
         Some(EmbedImageUdf::for_options(&EmbedOptions::from_config(config), Arc::clone(&self.metrics)))
     }
 }
+
+/// `embed_image` in a cluster's session: refused when the query is planned, naming what to do (a cluster's
+/// executors run `embed` only, for now).
+pub fn refused_on_cluster() -> ScalarUDF {
+    ScalarUDF::new_from_impl(RefusedOnCluster { signature: Signature::variadic_any(Volatility::Stable) })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RefusedOnCluster {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for RefusedOnCluster {
+    fn name(&self) -> &str {
+        "embed_image"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        plan_err!(
+            "embed_image() does not run on a cluster yet: its executors embed texts only. Run this job without \
+             --cluster (one machine decodes and embeds the images)"
+        )
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        plan_err!("embed_image() does not run on a cluster yet")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionContext;
+
+    #[tokio::test]
+    async fn on_a_cluster_embed_image_is_refused_when_planned() {
+        let ctx = SessionContext::new();
+        ctx.register_udf(super::refused_on_cluster());
+        let e = ctx.sql("SELECT embed_image(X'00') AS v").await.unwrap_err().to_string();
+        assert!(e.contains("embed_image() does not run on a cluster yet") && e.contains("without --cluster"), "{e}");
+    }
+}
