@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::image::ImageProcessing;
-use super::st_files::{Module, read_json};
+use super::st_files::{Module, read_json, read_tokenizer_config};
 use super::tokenize::TruncationSide;
 use crate::error::{Error, Result};
 
@@ -56,12 +56,6 @@ struct Sbert {
     processing_kwargs: serde_json::Map<String, serde_json::Value>,
     #[serde(default)]
     transformer_task: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-struct TokenizerConfig {
-    model_max_length: Option<f64>,
-    truncation_side: Option<String>,
 }
 
 /// The module of an image-text model, when `modules` is one: its folder.
@@ -123,14 +117,7 @@ pub(super) fn load(dir: &Path, module: &Module) -> Result<ImageTextModel> {
     } else {
         at("preprocessor_config.json")
     };
-    let tokenizer_cfg: TokenizerConfig = match dir.join(at("tokenizer_config.json")).is_file() {
-        true => read_json(dir, &at("tokenizer_config.json"))?,
-        false => TokenizerConfig::default(),
-    };
-    let truncation_side = match tokenizer_cfg.truncation_side.as_deref() {
-        Some("left") => TruncationSide::Left,
-        _ => TruncationSide::Right,
-    };
+    let (tokenizer_cfg, truncation_side) = read_tokenizer_config(dir, &at("tokenizer_config.json"))?;
     let positions = hf.text_config.max_position_embeddings;
     let max_seq_length = tokenizer_cfg
         .model_max_length

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::st_files::{Module, read_json};
+use super::st_files::{Module, read_json, read_tokenizer_config};
 use crate::error::{Error, Result};
 use crate::model::pooling::PoolingMode;
 use crate::model::{Pooling, TruncationSide};
@@ -333,16 +333,6 @@ fn tokenizer_lowercases(dir: &Path) -> Result<bool> {
     Ok(tokenizer.get("normalizer").is_some_and(lowercases))
 }
 
-/// `tokenizer_config.json`, where sentence-transformers 6 keeps the max_seq_length (as `model_max_length`), and
-/// where the tokenizer says which end it cuts.
-#[derive(Deserialize, Default)]
-struct TokenizerConfig {
-    model_max_length: Option<f64>,
-    truncation_side: Option<String>,
-    /// The transformers class of the tokenizer (`LlamaTokenizerFast`, …).
-    tokenizer_class: Option<String>,
-}
-
 /// The tokenizer classes that transformers 5 builds with no normalizer and a `Metaspace` pre-tokenizer, whatever
 /// tokenizer.json says (transformers' `models/llama/tokenization_llama.py`, `code_llama`).
 const METASPACE_CLASSES: [&str; 4] =
@@ -419,21 +409,7 @@ fn usable_positions(hf: &HfConfig) -> Option<(usize, String)> {
 /// The tokenizer's truncation side (tokenizer_config.json) and the longest text in tokens
 /// (sentence_bert_config.json's max_seq_length, else the tokenizer's model_max_length).
 fn read_lengths(dir: &Path) -> Result<(TruncationSide, usize)> {
-    let tokenizer_cfg: TokenizerConfig = match dir.join("tokenizer_config.json").is_file() {
-        true => read_json(dir, "tokenizer_config.json")?,
-        false => TokenizerConfig::default(),
-    };
-    let truncation_side = match tokenizer_cfg.truncation_side.as_deref() {
-        None | Some("right") => TruncationSide::Right,
-        Some("left") => TruncationSide::Left,
-        Some(other) => {
-            return Err(Error::model(
-                dir,
-                "tokenizer_config.json",
-                format!("truncation_side {other:?} is not one of 'right' and 'left'"),
-            ));
-        }
-    };
+    let (tokenizer_cfg, truncation_side) = read_tokenizer_config(dir, "tokenizer_config.json")?;
 
     refuse_legacy_tokenizer_layout(dir, tokenizer_cfg.tokenizer_class.as_deref())?;
     let sbert: SbertConfig = read_json(dir, "sentence_bert_config.json")?;

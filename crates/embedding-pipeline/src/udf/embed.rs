@@ -353,17 +353,22 @@ fn embed_array(
     })?;
     metrics.record_embed(&out.stats);
     metrics.record_device(embedder.device());
-    let nulls = NullBuffer::from(out.valid);
-    let element = element_type(&resolved.fingerprint);
+    debug_assert_eq!(out.vectors.len(), out.valid.len() * dim);
+    Ok((vector_array(out.vectors, out.valid, &resolved.fingerprint)?, out.stats))
+}
+
+/// The vector column of a call: `dim` floats per row (NULL where `valid` is false), in the fingerprint's element
+/// type ([`vector_type`]).
+pub(crate) fn vector_array(vectors: Vec<f32>, valid: Vec<bool>, fingerprint: &Fingerprint) -> Result<ArrayRef> {
+    let nulls = NullBuffer::from(valid);
+    let element = element_type(fingerprint);
     let values: ArrayRef = match element {
-        DataType::Float16 => {
-            Arc::new(Float16Array::from_iter_values(out.vectors.iter().map(|v| half::f16::from_f32(*v))))
-        }
-        _ => Arc::new(Float32Array::from(out.vectors)),
+        DataType::Float16 => Arc::new(Float16Array::from_iter_values(vectors.iter().map(|v| half::f16::from_f32(*v)))),
+        _ => Arc::new(Float32Array::from(vectors)),
     };
     let field = Arc::new(Field::new_list_field(element, true));
-    let array = FixedSizeListArray::try_new(field, dim as i32, values, (nulls.null_count() > 0).then_some(nulls))?;
-    Ok((Arc::new(array), out.stats))
+    let dim = fingerprint.dim as i32;
+    Ok(Arc::new(FixedSizeListArray::try_new(field, dim, values, (nulls.null_count() > 0).then_some(nulls))?))
 }
 
 fn prefix_of(text: Option<&str>) -> String {

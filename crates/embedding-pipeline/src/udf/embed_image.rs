@@ -11,8 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, Float16Array, Float32Array};
-use datafusion::arrow::buffer::NullBuffer;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{Result, ScalarValue, exec_datafusion_err, plan_err};
@@ -21,7 +20,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 
-use super::embed::vector_type;
+use super::embed::{vector_array, vector_type};
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
 use crate::model::vision::{EmbedImageError, ImageSource};
@@ -197,18 +196,7 @@ fn embed_array(
         out.stats.skipped_images.push((id, bad.error.to_string()));
     }
     metrics.record_embed(&out.stats);
-    let nulls = NullBuffer::from(out.valid);
-    let element = if fingerprint.dtype == "float16" { DataType::Float16 } else { DataType::Float32 };
-    let values: ArrayRef = match element {
-        DataType::Float16 => {
-            Arc::new(Float16Array::from_iter_values(out.vectors.iter().map(|v| half::f16::from_f32(*v))))
-        }
-        _ => Arc::new(Float32Array::from(out.vectors)),
-    };
-    let field = Arc::new(Field::new_list_field(element, true));
-    let dim = fingerprint.dim as i32;
-    let array = FixedSizeListArray::try_new(field, dim, values, (nulls.null_count() > 0).then_some(nulls))?;
-    Ok((Arc::new(array), out.stats))
+    Ok((vector_array(out.vectors, out.valid, fingerprint)?, out.stats))
 }
 
 /// `embed_image_dim()`: the length of the vectors `embed_image` makes with `embed.model`; also how `embed_image`

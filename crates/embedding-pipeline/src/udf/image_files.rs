@@ -7,15 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{Result, plan_err};
-use datafusion::datasource::TableType;
-use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::MemTable;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
 
 /// The extensions of the formats `embed_image` decodes.
 pub const IMAGE_EXTENSIONS: [&str; 8] = ["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
@@ -59,7 +56,7 @@ impl TableFunctionImpl for ImageFilesFunc {
                 Arc::new(UInt64Array::from_iter_values(listing.files.iter().map(|f| f.bytes))),
             ],
         )?;
-        Ok(Arc::new(ImageFiles { schema, batch }))
+        Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
     }
 }
 
@@ -116,38 +113,6 @@ pub fn list(folder: &Path) -> std::result::Result<Listing, String> {
     }
     listing.files.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(listing)
-}
-
-/// The listing, as a table.
-#[derive(Debug)]
-struct ImageFiles {
-    schema: SchemaRef,
-    batch: RecordBatch,
-}
-
-#[async_trait]
-impl TableProvider for ImageFiles {
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(MemorySourceConfig::try_new_exec(
-            &[vec![self.batch.clone()]],
-            Arc::clone(&self.schema),
-            projection.cloned(),
-        )?)
-    }
 }
 
 #[cfg(test)]
