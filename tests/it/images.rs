@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use super::lineage::{export_python, repo};
-use crate::common::{cosine, model_dir, pipeline, session_on, sql, strings, text, vectors};
+use crate::common::{command, cosine, model_dir, pipeline, python, session_on, sql, strings, text, vectors};
 
 /// The model `shape` built in `dir/ckpt`, its test images in `dir/corpus` (images.parquet and sentence-transformers'
 /// reference.json), and its export in `dir/model`.
@@ -46,13 +46,32 @@ fn build(dir: &Path, shape: &str) -> HashMap<String, Vec<f32>> {
 
 /// `pipeline run` of `query` (over table `imgs`, the test images) into `out`; the run's output.
 fn run_job(dir: &Path, set: &str, query: &str, out: &str) -> std::process::Output {
+    run_job_with(dir, set, query, out, &[])
+}
+
+/// [`run_job`] with these environment variables.
+fn run_job_with(dir: &Path, set: &str, query: &str, out: &str, env: &[(&str, String)]) -> std::process::Output {
     let job = format!(
         "SET embed.model = 'model';\n{set}\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION \
          'corpus/images.parquet';\nCOPY ({query}) TO '{out}' STORED AS LANCE;\n"
     );
     std::fs::write(dir.join("job.sql"), job).unwrap();
-    pipeline(&["run", "-q", "job.sql"], dir)
+    command(&["run", "-q", "job.sql"], dir).envs(env.iter().cloned()).output().unwrap()
 }
+
+/// A folder's images put in bucket `photos` under `set/`, by their paths under the folder (hidden ones left out).
+const UPLOAD_IMAGES: &str = r#"
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT"])
+s3.create_bucket(Bucket="photos")
+top = sys.argv[1]
+for folder, dirs, files in os.walk(top):
+    dirs[:] = [d for d in dirs if not d.startswith(".")]
+    for f in files:
+        if not f.startswith("."):
+            path = os.path.join(folder, f)
+            s3.upload_file(path, "photos", "set/" + os.path.relpath(path, top))
+"#;
 
 /// The ids and vectors of a Lance dataset.
 async fn written(dir: &Path, out: &str) -> HashMap<String, Vec<f32>> {
@@ -132,6 +151,42 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     let o = run_job(dir, "", query, "folder.lance");
     assert!(o.status.success(), "{:?}", text(&o));
     assert_eq!(written(dir, "folder.lance").await.len(), reference.len(), "a rerun adds nothing");
+
+    // Relative paths against a base the job names: a folder, and a prefix in a bucket (moto's S3 server, started
+    // here), whose images are fetched from it; a missing object is named by its id.
+    let server = super::stores::S3Server::start();
+    let env = server.env();
+    python(UPLOAD_IMAGES, &[&images.display().to_string()], &env);
+    let by_id = "SELECT id, embed_image(id, id) AS embedding FROM image_files('corpus/images')";
+    for (base, out) in [("corpus/images/", "based.lance"), ("s3://photos/set", "bucket.lance")] {
+        let o = run_job_with(dir, &format!("SET embed.image_base = '{base}';"), by_id, out, &env);
+        assert!(o.status.success(), "{base}: {:?}", text(&o));
+        let ours = written(dir, out).await;
+        assert_eq!(ours.len(), reference.len(), "{base}: every image");
+        for (id, want) in &reference {
+            let c = cosine(&ours[id], want);
+            assert!(c >= 0.9999, "{base} {id}: cosine {c} with sentence-transformers");
+        }
+    }
+    let o = run_job_with(
+        dir,
+        "SET embed.image_base = 's3://photos/set/';",
+        "SELECT 'gone' AS id, embed_image('gone.png', 'gone') AS embedding",
+        "gone.lance",
+        &env,
+    );
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success()
+            && err.contains("the image of id gone cannot be read from its file: s3://photos/set/gone.png: no such object"),
+        "{err}"
+    );
+    let o = run_job(dir, "SET embed.image_base = 'gs://photos/';", by_id, "gs.lance");
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("embed.image_base") && err.contains("s3://"), "{err}");
+    drop(server);
+    // The folder's job again (a rerun: nothing to add), for what follows.
+    assert!(run_job(dir, "", query, "folder.lance").status.success());
     // What is not built yet for images is refused by name: planning, and embedding a sample again in verify (whose
     // id check runs).
     let o = pipeline(&["plan", "job.sql"], dir);

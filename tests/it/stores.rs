@@ -12,13 +12,13 @@ use serde_json::Value;
 use crate::common::{command, model_dir, python, test_python};
 
 /// moto's S3 server on a free port of 127.0.0.1, killed when dropped.
-struct S3Server {
+pub struct S3Server {
     child: Child,
     endpoint: String,
 }
 
 impl S3Server {
-    fn start() -> Self {
+    pub fn start() -> Self {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(test_python())
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
@@ -37,7 +37,7 @@ impl S3Server {
 
     /// The environment a user sets for an S3-compatible server: the same variables serve the pipeline,
     /// boto3 and pylance.
-    fn env(&self) -> Vec<(&'static str, String)> {
+    pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("AWS_ACCESS_KEY_ID", "testing".into()),
             ("AWS_SECRET_ACCESS_KEY", "testing".into()),

@@ -85,6 +85,9 @@ extensions_options! {
         /// 'error' stops the query naming its id; 'skip' writes no row for it, counts it and lists its id (with
         /// why) in the run record, so a rerun tries it again.
         pub bad_images: String, default = "error".to_string()
+        /// Images: where `embed_image` reads relative paths from: a folder, or an object store prefix such as
+        /// 's3://bucket/photos/'. Empty: the current directory. Absolute paths and `s3://` URIs are read as they are.
+        pub image_base: String, default = String::new()
         /// Images: the most pixels an image may have (width x height, read from its header before it is decoded);
         /// a larger one is refused by its id, as a decompression bomb. The default is Pillow's own limit.
         pub max_image_pixels: u64, default = crate::model::image::DEFAULT_MAX_PIXELS
@@ -247,6 +250,9 @@ impl EmbedOptions {
             "max_batch_rows" => positive(self.max_batch_rows as u64),
             "batch_images" => positive(self.batch_images as u64),
             "max_image_pixels" => positive(self.max_image_pixels),
+            "image_base" if !crate::uri::is_supported(&self.image_base) => {
+                Err(bad(key, &self.image_base, "use a folder, or an s3:// prefix such as 's3://bucket/photos/'"))
+            }
             "device" => self.resolved_device().map(|_| ()),
             "memory_budget" if !self.memory_budget.is_empty() => self.memory_budget_bytes().map(|_| ()),
             "sessions_per_device" if self.sessions_per_device > 16 => {

@@ -45,6 +45,8 @@ pub struct ImagesEmbedded {
 pub enum ImageSource<'a> {
     Bytes(&'a [u8]),
     Path(&'a str),
+    /// The caller could not get its bytes (an object store's error): a bad image.
+    Failed(&'a ImageError),
 }
 
 /// A bad image at a row of the call.
@@ -216,6 +218,7 @@ impl VisionEmbedder {
                                         read = std::fs::read(p).map_err(|e| ImageError::File(format!("{p}: {e}")))?;
                                         &read
                                     }
+                                    Some(ImageSource::Failed(e)) => return Err(e.clone()),
                                     None => &[],
                                 };
                                 let prepared = self.processing.prepare(bytes, max_pixels, out)?;

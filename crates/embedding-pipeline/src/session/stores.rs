@@ -9,10 +9,9 @@ use datafusion::common::exec_datafusion_err;
 use datafusion::error::Result;
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use object_store::ObjectStore;
-use object_store::aws::AmazonS3Builder;
 use url::Url;
 
-use crate::uri::{is_local, is_supported};
+use crate::uri::{is_local, is_supported, s3_store};
 
 /// DataFusion's registry, which also makes an `s3://` bucket's store when it is first asked for.
 #[derive(Debug, Default)]
@@ -44,17 +43,6 @@ impl ObjectStoreRegistry for StoreRegistry {
             )),
         }
     }
-}
-
-/// The store of the bucket in `url`, configured from the environment.
-fn s3_store(url: &Url) -> Result<Arc<dyn ObjectStore>> {
-    let bucket =
-        url.host_str().filter(|b| !b.is_empty()).ok_or_else(|| exec_datafusion_err!("{url} names no bucket"))?;
-    let store = AmazonS3Builder::from_env()
-        .with_bucket_name(bucket)
-        .build()
-        .map_err(|e| exec_datafusion_err!("cannot reach s3://{bucket}: {e} (check the AWS_* environment variables)"))?;
-    Ok(Arc::new(store))
 }
 
 #[cfg(test)]

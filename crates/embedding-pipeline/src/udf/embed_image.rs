@@ -23,6 +23,7 @@ use datafusion::logical_expr::{
 use super::embed::{vector_array, vector_type};
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
+use super::image_source::Located;
 use crate::model::vision::{EmbedImageError, ImageSource};
 use crate::options::EmbedOptions;
 
@@ -142,6 +143,11 @@ impl AsyncScalarUDFImpl for EmbedImageUdf {
         let images = args.args[0].to_array(args.number_rows)?;
         let ids = args.args.get(1).map(|a| a.to_array(args.number_rows)).transpose()?;
         let options = self.options.clone();
+        // Paths are resolved against embed.image_base, and objects in a store fetched, before the call.
+        let images = match paths(&images)? {
+            Some(paths) => Images::Located(super::image_source::locate(paths, &options.image_base).await),
+            None => Images::Bytes(images),
+        };
         let metrics = Arc::clone(&self.metrics);
         let (vectors, stats) =
             tokio::task::spawn_blocking(move || embed_array(&images, ids.as_ref(), &options, &fingerprint, &metrics))
@@ -152,24 +158,42 @@ impl AsyncScalarUDFImpl for EmbedImageUdf {
     }
 }
 
-/// Embed one binary array's images with the shared vision tower, off the async runtime.
+/// A call's images: a binary array's bytes, or the images its paths name, located.
+enum Images {
+    Bytes(ArrayRef),
+    Located(Vec<Option<Located>>),
+}
+
+/// The paths of a text array (none for a binary one).
+fn paths(images: &ArrayRef) -> Result<Option<Vec<Option<String>>>> {
+    let owned = |p: Option<&str>| p.map(str::to_string);
+    Ok(Some(match images.data_type() {
+        DataType::Utf8 => images.as_string::<i32>().iter().map(owned).collect(),
+        DataType::LargeUtf8 => images.as_string::<i64>().iter().map(owned).collect(),
+        DataType::Utf8View => images.as_string_view().iter().map(owned).collect(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::Null => return Ok(None),
+        other => return Err(exec_datafusion_err!("embed_image() needs a binary or text argument, got {other}")),
+    }))
+}
+
+/// Embed one array's images with the shared vision tower, off the async runtime.
 fn embed_array(
-    images: &ArrayRef,
+    images: &Images,
     ids: Option<&ArrayRef>,
     options: &EmbedOptions,
     fingerprint: &Fingerprint,
     metrics: &RunMetrics,
 ) -> Result<(ArrayRef, crate::model::EmbedStats)> {
     let embedder = options.vision_embedder()?;
-    let values: Vec<Option<ImageSource>> = match images.data_type() {
-        DataType::Binary => images.as_binary::<i32>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
-        DataType::LargeBinary => images.as_binary::<i64>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
-        DataType::BinaryView => images.as_binary_view().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
-        DataType::Utf8 => images.as_string::<i32>().iter().map(|p| p.map(ImageSource::Path)).collect(),
-        DataType::LargeUtf8 => images.as_string::<i64>().iter().map(|p| p.map(ImageSource::Path)).collect(),
-        DataType::Utf8View => images.as_string_view().iter().map(|p| p.map(ImageSource::Path)).collect(),
-        DataType::Null => vec![None; images.len()],
-        other => return Err(exec_datafusion_err!("embed_image() needs a binary or text argument, got {other}")),
+    let values: Vec<Option<ImageSource>> = match images {
+        Images::Located(located) => located.iter().map(|l| l.as_ref().map(Located::source)).collect(),
+        Images::Bytes(images) => match images.data_type() {
+            DataType::Binary => images.as_binary::<i32>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+            DataType::LargeBinary => images.as_binary::<i64>().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+            DataType::BinaryView => images.as_binary_view().iter().map(|b| b.map(ImageSource::Bytes)).collect(),
+            DataType::Null => vec![None; images.len()],
+            other => return Err(exec_datafusion_err!("embed_image() needs a binary or text argument, got {other}")),
+        },
     };
     let stop = || metrics.stop().requested();
     metrics.record_call_started();

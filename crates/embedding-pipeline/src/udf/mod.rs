@@ -4,6 +4,7 @@
 pub mod embed;
 pub mod embed_image;
 pub mod image_files;
+pub mod image_source;
 pub mod search;
 
 pub use embed::{EmbedUdf, embed_udfs};
