@@ -178,7 +178,9 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     let (_, err) = text(&o);
     assert!(
         !o.status.success()
-            && err.contains("the image of id gone cannot be read from its file: s3://photos/set/gone.png: no such object"),
+            && err.contains(
+                "the image of id gone cannot be read from its file: s3://photos/set/gone.png: no such object"
+            ),
         "{err}"
     );
     let o = run_job(dir, "SET embed.image_base = 'gs://photos/';", by_id, "gs.lance");

@@ -21,9 +21,9 @@ use datafusion::logical_expr::{
 };
 
 use super::embed::{vector_array, vector_type};
+use super::image_source::Located;
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::{FINGERPRINT_KEY, Fingerprint};
-use super::image_source::Located;
 use crate::model::vision::{EmbedImageError, ImageSource};
 use crate::options::EmbedOptions;
 
