@@ -137,9 +137,13 @@ pub fn to_text(r: &VerifyReport) -> String {
     );
     if let (Some(job), Some(rows), Some(missing), Some(extra)) = (&i.job, i.source_rows, i.missing, i.extra) {
         out += &format!(
-            "  corpus ({job}): {rows} rows; missing here {missing}{}; not in the corpus {extra}{}\n",
+            "  corpus ({job}): {rows} rows; missing here {missing}{}; not in the corpus {extra}{}{}\n",
             examples(&i.missing_examples),
-            examples(&i.extra_examples)
+            examples(&i.extra_examples),
+            i.skipped.filter(|n| *n > 0).map_or(String::new(), |n| format!(
+                "; bad images skipped by a run {n}{}",
+                examples(&i.skipped_examples)
+            ))
         );
     }
     let v = &r.vectors;
@@ -192,6 +196,14 @@ fn sample_text(s: &SampleFindings) -> String {
             " (another device or provider: differences beyond rounding are possible)"
         }
     );
+    if s.unreadable + s.bad_skipped > 0 {
+        out += &format!(
+            "    images not readable now: {} with a vector{}, {} without (bad images the run skipped)\n",
+            s.unreadable,
+            examples(&s.unreadable_examples),
+            s.bad_skipped
+        );
+    }
     for k in s.strata.iter().filter(|k| k.candidates > 0) {
         let f = |x: Option<f64>| x.map_or("n/a".into(), |c| format!("{c:.7}"));
         out += &format!(

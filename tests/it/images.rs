@@ -148,6 +148,9 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     assert_eq!(run["images"], reference.len() as u64, "{run}");
     assert_eq!(run["image_bytes"], file_bytes, "{run}");
     assert!(run["image_pixels"].as_u64().unwrap() > 2400 * 1600, "{run}");
+    let o = pipeline(&["inspect", "folder.lance"], dir);
+    let said = format!("{} rows, {0} images (0 NULL, 0 bad ones skipped), ", reference.len());
+    assert!(text(&o).0.contains(&said) && text(&o).0.contains("megapixels decoded from"), "{}", text(&o).0);
     let o = run_job(dir, "", query, "folder.lance");
     assert!(o.status.success(), "{:?}", text(&o));
     assert_eq!(written(dir, "folder.lance").await.len(), reference.len(), "a rerun adds nothing");
@@ -189,8 +192,7 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     drop(server);
     // The folder's job again (a rerun: nothing to add), for what follows.
     assert!(run_job(dir, "", query, "folder.lance").status.success());
-    // What is not built yet for images is refused by name: planning, and embedding a sample again in verify (whose
-    // id check runs).
+    // What is not built yet for images is refused by name: planning.
     let o = pipeline(&["plan", "job.sql"], dir);
     let (_, err) = text(&o);
     assert!(
@@ -198,9 +200,35 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
             && err.contains("embeds images (embed_image), which pipeline plan, probe and trial do not measure yet"),
         "{err}"
     );
+    // verify --job: the ids against the folder, and a sample (here every image) embedded again from its path,
+    // grouped by decoded size as the headers say.
+    let o = pipeline(&["verify", "folder.lance", "--job", "job.sql", "--json"], dir);
+    let report: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(report["verdict"], "sound", "{report}");
+    let sample = &report["sample"];
+    assert_eq!(sample["rows"], reference.len() as u64, "{sample}");
+    assert!(sample["min_cosine"].as_f64().unwrap() > 0.99999, "{sample}");
+    let bands: Vec<&str> = sample["strata"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["candidates"].as_u64() > Some(0))
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(bands, ["under 0.25 megapixels", "0.25-1 megapixels", "1-4 megapixels"], "{sample}");
+    // A file changed since the run: its vector cannot be checked, and verify says so by id.
+    let changed = images.join("rgb-640x480.png");
+    let kept = std::fs::read(&changed).unwrap();
+    std::fs::write(&changed, "overwritten").unwrap();
     let o = pipeline(&["verify", "folder.lance", "--job", "job.sql"], dir);
-    let (out, err) = text(&o);
-    assert!(format!("{out}{err}").contains("which verify does not embed again yet"), "{out}{err}");
+    let (out, _) = text(&o);
+    assert!(
+        o.status.code() == Some(2)
+            && out.contains("CANNOT CHECK: 1 sampled images have vectors but cannot be read now")
+            && out.contains("rgb-640x480.png"),
+        "{out}"
+    );
+    std::fs::write(&changed, kept).unwrap();
     let o = run_job(
         dir,
         "",
@@ -272,6 +300,14 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
         listed.contains("\"empty\"") && listed.contains("is empty (0 bytes)") && listed.contains("\"words\""),
         "{listed}"
     );
+    // verify: the skipped ids are not missing ones (their run record lists them), and in the sample they are bad
+    // images without a vector, as the run left them.
+    let o = pipeline(&["verify", "skip.lance", "--job", "job.sql", "--json"], dir);
+    let report: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(report["verdict"], "sound", "{report}");
+    assert_eq!((&report["ids"]["missing"], &report["ids"]["skipped"]), (&0.into(), &2.into()), "{report}");
+    assert_eq!(report["sample"]["bad_skipped"], 2, "{report}");
+    assert_eq!(report["sample"]["rows"], reference.len() as u64, "{report}");
 
     // A text model has no vision tower: refused by name before anything is embedded.
     let job = format!(

@@ -311,6 +311,61 @@ fn shortest_edge(height: u32, width: u32, size: u32) -> (u32, u32) {
     if width <= height { (new_long, size) } else { (size, new_long) }
 }
 
+/// What an image's header says, read without decoding its pixels: its format and its size as stored (before the
+/// EXIF orientation, which does not change the pixel count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub format: ImageFormat,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Header {
+    /// The pixels the image decodes to.
+    pub fn pixels(&self) -> u64 {
+        self.width as u64 * self.height as u64
+    }
+}
+
+/// The header of an image of `reader`, refused as [`decode_rgb`] refuses it: not an image, a format this pipeline
+/// does not decode, or a broken header.
+pub fn header<R: std::io::BufRead + std::io::Seek>(reader: R) -> std::result::Result<Header, ImageError> {
+    let reader = ImageReader::new(reader).with_guessed_format().map_err(|e| ImageError::Unreadable(e.to_string()))?;
+    let format = known_format(reader.format())?;
+    let mut reader = reader;
+    reader.no_limits();
+    let (width, height) = reader.into_dimensions().map_err(|e| ImageError::Unreadable(format!("{format:?}: {e}")))?;
+    Ok(Header { format, width, height })
+}
+
+/// The header of an image's bytes (see [`header`]); an empty one is [`ImageError::Empty`].
+pub fn header_of_bytes(bytes: &[u8]) -> std::result::Result<Header, ImageError> {
+    if bytes.is_empty() {
+        return Err(ImageError::Empty);
+    }
+    header(Cursor::new(bytes))
+}
+
+/// The header of an image file, reading only as far as its header (see [`header`]).
+pub fn header_of_file(path: &Path) -> std::result::Result<Header, ImageError> {
+    let file = std::fs::File::open(path).map_err(|e| ImageError::File(format!("{}: {e}", path.display())))?;
+    if file.metadata().is_ok_and(|m| m.len() == 0) {
+        return Err(ImageError::Empty);
+    }
+    header(std::io::BufReader::new(file))
+}
+
+/// A format this pipeline decodes, or why not.
+fn known_format(format: Option<ImageFormat>) -> std::result::Result<ImageFormat, ImageError> {
+    match format {
+        Some(f) if FORMATS.contains(&f) => Ok(f),
+        Some(f) => Err(ImageError::Unreadable(format!(
+            "{f:?} is not a format this pipeline decodes (JPEG, PNG, WebP, GIF, BMP, TIFF)"
+        ))),
+        None => Err(ImageError::Unreadable("not an image of a known format (its first bytes say none)".into())),
+    }
+}
+
 /// The image's pixels as Pillow's `Image.open`, `ImageOps.exif_transpose` and `convert("RGB")` give them: the
 /// EXIF orientation applied, alpha dropped (not composited), 16-bit colour cut to its high byte and 16-bit grey
 /// clipped at 255, as Pillow reads and converts them.
@@ -321,15 +376,7 @@ pub fn decode_rgb(bytes: &[u8], max_pixels: u64) -> std::result::Result<image::R
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| ImageError::Unreadable(e.to_string()))?;
-    let format = match reader.format() {
-        Some(f) if FORMATS.contains(&f) => f,
-        Some(f) => {
-            return Err(ImageError::Unreadable(format!(
-                "{f:?} is not a format this pipeline decodes (JPEG, PNG, WebP, GIF, BMP, TIFF)"
-            )));
-        }
-        None => return Err(ImageError::Unreadable("not an image of a known format (its first bytes say none)".into())),
-    };
+    let format = known_format(reader.format())?;
     let unreadable = |e: image::ImageError| ImageError::Unreadable(format!("{format:?}: {e}"));
     let mut reader = reader;
     // The pixel limit is checked from the header, before any pixel is decoded; the decoder's own byte limit
@@ -459,6 +506,16 @@ mod tests {
         assert_eq!(decode_rgb(&png, 200).unwrap().dimensions(), (20, 10));
         let e = decode_rgb(&png[..png.len() / 2], 200).unwrap_err().to_string();
         assert!(e.starts_with("cannot be read as an image: Png"), "{e}");
+        // The header alone: the size without the pixels, from bytes or from a file; a header cut short is named.
+        let want = Header { format: ImageFormat::Png, width: 20, height: 10 };
+        assert_eq!((header_of_bytes(&png), want.pixels()), (Ok(want), 200));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.png"), &png).unwrap();
+        assert_eq!(header_of_file(&dir.path().join("a.png")), Ok(want));
+        assert_eq!(header_of_bytes(b""), Err(ImageError::Empty));
+        assert!(header_of_bytes(&png[..12]).unwrap_err().to_string().starts_with("cannot be read as an image: Png"));
+        let e = header_of_file(&dir.path().join("gone.png")).unwrap_err().to_string();
+        assert!(e.starts_with("cannot be read from its file: ") && e.contains("gone.png"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use ort::value::Tensor;
 
 use crate::error::{Error, Result};
 use crate::model::image::{ImageError, ImageProcessing};
-use crate::model::{Device, EmbedStats, ModelSpec, Placement, runtime};
+use crate::model::{Device, DeviceInfo, EmbedStats, ModelSpec, Placement, runtime};
 
 /// Where an image-text model keeps its vision graph, beside the text graph (`onnx/model.onnx`).
 pub const VISION_FILE: &str = "onnx/vision_model.onnx";
@@ -26,6 +26,7 @@ pub struct VisionEmbedder {
     session: Mutex<Session>,
     dim: usize,
     threads: usize,
+    device: DeviceInfo,
 }
 
 /// Vectors for a call's images: `dim` floats per row (zeros where `valid` is false: a NULL image).
@@ -75,13 +76,18 @@ impl VisionEmbedder {
             ));
         }
         let env = runtime::environment()?;
+        let library = runtime::loaded_library().unwrap_or(Path::new("")).to_path_buf();
         let threads = placement.intra_threads.max(1);
         let mut builder = Session::builder(env)
             .and_then(|b| Ok(b.with_optimization_level(GraphOptimizationLevel::All)?))
             .and_then(|b| Ok(b.with_intra_threads(threads)?))
             .map_err(|e: ort::Error| bad(format!("cannot load: {e}")).because(e))?;
+        let mut device = DeviceInfo::cpu(&library, threads);
         if let Device::Cuda(ids) = &placement.device {
             let id = ids.first().copied().unwrap_or(0);
+            let device_err = |m: String| Error::device(placement.device.name(), m, None);
+            let system = crate::model::gpu::probe().map_err(device_err)?;
+            device = DeviceInfo::cuda(&library, system.select(&[id]).map_err(device_err)?, &system);
             let cuda = ort::ep::CUDA::default().with_device_id(id).build().error_on_failure();
             builder = builder.with_execution_providers([cuda]).map_err(|e| {
                 Error::device(
@@ -113,7 +119,13 @@ impl VisionEmbedder {
             session: Mutex::new(session),
             dim: spec.dim,
             threads,
+            device,
         })
+    }
+
+    /// Where it runs, as a run record says it.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
     }
 
     /// The length of the vectors.

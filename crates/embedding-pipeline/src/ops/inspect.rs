@@ -268,6 +268,21 @@ fn version_text(v: &VersionReport) -> String {
     let tags = if v.tags.is_empty() { String::new() } else { format!(" [{}]", v.tags.join(", ")) };
     out += &format!("  {} {}{tags}", v.version, v.timestamp);
     match &v.run {
+        Some(r) if r.images > 0 && r.processed_tokens == 0 => {
+            out += &format!(
+                ": {} rows, {} images ({} NULL, {} bad ones skipped), {:.1} megapixels decoded from {:.1} MB of files, \
+                 {:.1} s, {:.1} images/s",
+                r.rows_written,
+                r.images,
+                r.null_texts,
+                r.skipped_images,
+                r.image_pixels as f64 / 1e6,
+                r.image_bytes as f64 / 1e6,
+                r.wall_seconds,
+                r.images as f64 / r.wall_seconds.max(1e-9)
+            );
+            out += &run_tail(r);
+        }
         Some(r) => {
             out += &format!(
                 ": {} rows, {} documents, {} NULL, {} useful / {} processed tokens (efficiency {:.3}), {} truncated ({} tokens dropped), {:.1} s, {:.0} useful tokens/s",
@@ -282,22 +297,7 @@ fn version_text(v: &VersionReport) -> String {
                 r.wall_seconds,
                 r.useful_tokens_per_second
             );
-            if let Some(d) = &r.device {
-                out += &format!(", {d}");
-            }
-            if let Some(p) = &r.plan {
-                let completed = match p.units_done - p.units_done_before {
-                    0 => "no unit completed".to_string(),
-                    1 => format!("unit {} completed", p.units_done_before),
-                    _ => format!("units {}-{} completed", p.units_done_before, p.units_done - 1),
-                };
-                let digest = p.digest.get(..12).unwrap_or(&p.digest);
-                out += &format!(
-                    ", from plan {} (plan.json sha256 {digest}…): {completed}, {} of {} done",
-                    p.path, p.units_done, p.units
-                );
-            }
-            out += "\n";
+            out += &run_tail(r);
         }
         None => match &v.maintenance {
             Some(m) => out += &format!(": {}\n", m.summary()),
@@ -305,4 +305,25 @@ fn version_text(v: &VersionReport) -> String {
         },
     }
     out
+}
+
+/// The end of a run's line: its device and plan.
+fn run_tail(r: &RunRecord) -> String {
+    let mut out = String::new();
+    if let Some(d) = &r.device {
+        out += &format!(", {d}");
+    }
+    if let Some(p) = &r.plan {
+        let completed = match p.units_done - p.units_done_before {
+            0 => "no unit completed".to_string(),
+            1 => format!("unit {} completed", p.units_done_before),
+            _ => format!("units {}-{} completed", p.units_done_before, p.units_done - 1),
+        };
+        let digest = p.digest.get(..12).unwrap_or(&p.digest);
+        out += &format!(
+            ", from plan {} (plan.json sha256 {digest}…): {completed}, {} of {} done",
+            p.path, p.units_done, p.units
+        );
+    }
+    out + "\n"
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
@@ -25,13 +25,15 @@ use super::lineage::Check;
 use super::plan::{JobWrites, load_job};
 use super::sample::{Lowest, seeded_rank};
 use crate::campaign::{DeviceInfo, Fingerprint};
-use crate::lance::records::{fingerprint_of_dataset, newest_run_record};
+use crate::lance::records::{existing_versions, fingerprint_of_dataset, newest_run_record, version_records};
 use crate::lance::verify::{EXAMPLES, OutsideWrite, VectorFindings, outside_writes, scan_vectors};
 use crate::lance::{open_dataset, quote_ident};
 use crate::model::TextEmbedder;
 use crate::ops::compare::{cosine_and_max_diff, examples};
 use crate::ops::inspect::id_counts;
+use crate::options::EmbedOptions;
 use crate::process::interrupt::StopToken;
+use crate::udf::image_source::Located;
 use crate::{Error, Result};
 
 /// The file beside a local dataset that keeps its verify results, one per version checked (`pipeline report`
@@ -143,6 +145,12 @@ pub struct IdFindings {
     /// Ids of the dataset the corpus lacks.
     pub extra: Option<u64>,
     pub extra_examples: Vec<String>,
+    /// Ids of the corpus the dataset lacks because a run skipped them as bad images (`embed.bad_images =
+    /// 'skip'`; its run record lists them), not counted in `missing`.
+    #[serde(default)]
+    pub skipped: Option<u64>,
+    #[serde(default)]
+    pub skipped_examples: Vec<String>,
 }
 
 /// The sample embedded again.
@@ -165,15 +173,23 @@ pub struct SampleFindings {
     pub below_examples: Vec<String>,
     /// Sampled ids of the corpus that the dataset lacks or holds a NULL vector for (its text is not NULL).
     pub not_stored: u64,
+    /// Sampled images that cannot be read now (a file changed or gone): with a stored vector, and without one (a
+    /// bad image the run skipped).
+    #[serde(default)]
+    pub unreadable: u64,
+    #[serde(default)]
+    pub unreadable_examples: Vec<String>,
+    #[serde(default)]
+    pub bad_skipped: u64,
     /// Over the whole sample.
     pub min_cosine: Option<f64>,
     pub max_abs_diff: Option<f64>,
 }
 
 /// The sample's rows in one band of token lengths.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StratumCheck {
-    /// E.g. `33-64 tokens`, or `past the 256-token limit`.
+    /// E.g. `33-64 tokens`, `past the 256-token limit`, or for images `1-4 megapixels`.
     pub name: String,
     /// Texts of the corpus's candidate subset in the band, and rows compared from it.
     pub candidates: u64,
@@ -288,7 +304,7 @@ pub async fn verify(args: &VerifyOptions, reporter: &dyn Reporter) -> Result<Ver
     let sample = match drawn {
         Some(d) => {
             stage(&format!("embedding {} sampled rows again on {}", d.rows.len(), d.embedder.device().device));
-            Some(check_sample(d, &scan.stored, &fp, args, &mut words.findings).await?)
+            Some(check_sample(d, &scan.stored, &fp, args, &mut words).await?)
         }
         None => None,
     };
@@ -369,11 +385,24 @@ async fn corpus(
     stage(&format!("reading the corpus of {}", job.display()));
     let (source_ids, candidates) = read_job(job, args, uri, ds, words).await?;
     ids.job = Some(job.display().to_string());
-    (ids.source_rows, ids.missing, ids.missing_examples, ids.extra, ids.extra_examples) = source_ids;
-    if candidates.is_empty() {
+    ids.source_rows = Some(source_ids.rows);
+    (ids.missing, ids.missing_examples) = (Some(source_ids.missing.0), source_ids.missing.1);
+    (ids.extra, ids.extra_examples) = (Some(source_ids.extra.0), source_ids.extra.1);
+    (ids.skipped, ids.skipped_examples) = source_ids.skipped.map_or((None, Vec::new()), |(n, e)| (Some(n), e));
+    if let Some(n) = ids.skipped.filter(|n| *n > 0) {
+        words.notes.push(format!(
+            "{n} ids of the corpus are bad images a run skipped (embed.bad_images = 'skip'; its run record says why){}: \
+             replace or remove those files and run the job again",
+            examples(&ids.skipped_examples)
+        ));
+    }
+    if candidates.items.is_empty() {
         return Ok(None);
     }
-    stage(&format!("counting the tokens of {} candidates for the sample", candidates.len()));
+    stage(&match candidates.images {
+        Some(_) => format!("reading the headers of {} sampled images", candidates.items.len()),
+        None => format!("counting the tokens of {} candidates for the sample", candidates.items.len()),
+    });
     match prepare_sample(args, ds, fp, candidates).await {
         Ok(Ok(d)) => return Ok(Some(d)),
         Ok(Err(finding)) if args.model.is_none() => words.findings.push(finding),
@@ -403,15 +432,24 @@ async fn check_ids(ds: &lance::Dataset, ids: &mut IdFindings, findings: &mut Vec
     Ok(())
 }
 
-/// The sample embedded again and compared; what differs is a finding.
+/// The sample embedded again and compared; what differs is a finding, an image that cannot be read now cannot be
+/// checked.
 async fn check_sample(
     d: Drawn,
     stored: &HashMap<String, Option<Vec<f32>>>,
     fp: &Fingerprint,
     args: &VerifyOptions,
-    findings: &mut Vec<String>,
+    words: &mut Words,
 ) -> Result<SampleFindings> {
     let s = compare_sample(d, stored, fp, args).await?;
+    if s.unreadable > 0 {
+        words.cannot_check.push(format!(
+            "{} sampled images have vectors but cannot be read now (changed or gone since the run?){}",
+            s.unreadable,
+            examples(&s.unreadable_examples)
+        ));
+    }
+    let findings = &mut words.findings;
     if s.below > 0 {
         findings.push(format!(
             "{} of {} sampled vectors differ from their re-embedding (cosine below {}){}",
@@ -445,14 +483,35 @@ async fn check_lineage(dataset: &str, words: &mut Words) -> Result<Vec<Check>> {
     Ok(lineage.checks)
 }
 
-/// What the corpus's ids say: rows, then missing and extra ids with examples.
-type SourceIds = (Option<u64>, Option<u64>, Vec<String>, Option<u64>, Vec<String>);
+/// What the corpus's ids say: rows, then missing and extra ids with examples; and for images, the ids missing
+/// because a run skipped them as bad images.
+struct SourceIds {
+    rows: u64,
+    missing: Counted,
+    extra: Counted,
+    skipped: Option<Counted>,
+}
 
-/// A text of the corpus that may be sampled: its id, its text, and its place in the seeded order.
+/// A row of the corpus that may be sampled: its id, what it is embedded from, and its place in the seeded order.
 struct Candidate {
     id: String,
-    text: String,
+    content: Content,
     rank: u64,
+}
+
+/// What a sampled row is embedded from: a text, or an image (its bytes, or its path until it is located).
+#[derive(Debug)]
+enum Content {
+    Text(String),
+    Image(Located),
+    ImagePath(String),
+}
+
+/// The candidates for the sample, and for an image write (`embed_image`), the job's options at that write (its
+/// image base, batch and pixel limit).
+struct Candidates {
+    items: Vec<Candidate>,
+    images: Option<EmbedOptions>,
 }
 
 /// The job's write into this dataset (else its first write into Lance): its ids against the dataset's, and the
@@ -463,7 +522,7 @@ async fn read_job(
     uri: &str,
     ds: &lance::Dataset,
     words: &mut Words,
-) -> Result<(SourceIds, Vec<Candidate>)> {
+) -> Result<(SourceIds, Candidates)> {
     let (session, statements) = load_job(job, &args.vars)?;
     let mut writes = JobWrites::new(job, &session, &statements);
     let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
@@ -471,13 +530,15 @@ async fn read_job(
     while let Some((stmt, write, target)) = writes.next().await? {
         let here = real(&target.uri) == real(uri);
         if chosen.is_none() || here {
-            chosen = Some((stmt, write, target));
+            // The options in force at this write (a later SET does not reach it).
+            let options = EmbedOptions::from_config(session.context().state().config_options());
+            chosen = Some((stmt, write, target, options));
         }
         if here {
             break;
         }
     }
-    let Some((stmt, _, target)) = chosen else {
+    let Some((stmt, _, target, options)) = chosen else {
         return Err(Error::Refused(format!(
             "{} writes nothing into Lance (COPY … STORED AS LANCE): it is not a campaign",
             job.display()
@@ -491,45 +552,56 @@ async fn read_job(
     }
     let ctx = session.context();
     let fail = |e: datafusion::error::DataFusionError| writes.fail(stmt, &e);
+    let images = crate::ops::plan::calls_embed_image(&target.input);
+    // Bad images a run skipped are missing on purpose: their run records list them.
+    let skipped = if images { skipped_images(ds).await? } else { HashSet::new() };
     // The corpus is read twice at most: once for the ids on either side only, once for the texts (which counts its
     // rows on the way) or, when no sample is drawn, for the count.
-    let differences = id_differences(ctx, &target.input, args.id(), ds, &fail).await?;
-    // The texts, as the write's query computes them beside its ids.
+    let differences = id_differences(ctx, &target.input, args.id(), ds, &skipped, &fail).await?;
+    // The texts (or images), as the write's query computes them beside its ids.
     let texts = if args.sample == 0 { None } else { texts_plan(&target.input, args.id()) };
-    if args.sample > 0 && crate::ops::plan::calls_embed_image(&target.input) {
+    if args.sample > 0 && texts.is_none() {
         words.cannot_check.push(format!(
-            "the sample: the write into {} embeds images (embed_image), which verify does not embed again yet; its \
-             ids were checked against the corpus",
-            target.uri
-        ));
-    } else if args.sample > 0 && texts.is_none() {
-        words.cannot_check.push(format!(
-            "the sample: the write into {} is not one SELECT with embed() in its columns (a UNION of several, say), so \
-             its texts cannot be read beside their ids",
+            "the sample: the write into {} is not one SELECT with embed() or embed_image() in its columns (a UNION of \
+             several, say), so what it embeds cannot be read beside its ids",
             target.uri
         ));
     }
-    let (candidates, source_rows) = match texts {
-        Some(texts) => candidates(DataFrame::new(ctx.state(), texts), args, &fail).await?,
+    let images = images.then_some(options);
+    let (items, source_rows) = match texts {
+        Some(texts) => candidates(DataFrame::new(ctx.state(), texts), args, images.is_some(), &fail).await?,
         None => (Vec::new(), count_source(ctx).await.map_err(fail)?),
     };
-    let ((missing, missing_ex), (extra, extra_ex)) = differences;
-    Ok(((Some(source_rows), Some(missing), missing_ex, Some(extra), extra_ex), candidates))
+    let (missing, extra, skipped_found) = differences;
+    let skipped = images.is_some().then_some(skipped_found);
+    Ok((SourceIds { rows: source_rows, missing, extra, skipped }, Candidates { items, images }))
+}
+
+/// The ids every run record of the dataset lists as bad images skipped.
+async fn skipped_images(ds: &lance::Dataset) -> Result<HashSet<String>> {
+    let mut ids = HashSet::new();
+    for v in existing_versions(ds, ds.version().version).await? {
+        if let (Some(record), _) = version_records(ds, v).await? {
+            ids.extend(record.skipped_image_ids.into_iter().map(|s| s.id));
+        }
+    }
+    Ok(ids)
 }
 
 /// Ids counted, with the first few as examples.
 type Counted = (u64, Vec<String>);
 
 /// The ids of the write's query (`input`) against the dataset's, in one pass over each: the distinct ids the
-/// query has and the dataset lacks (missing), and those the dataset has and the query lacks (extra). Registers
-/// the query's ids as `__verify_source`, for [`count_source`].
+/// query has and the dataset lacks (missing; those in `skipped` counted apart), and those the dataset has and the
+/// query lacks (extra). Registers the query's ids as `__verify_source`, for [`count_source`].
 async fn id_differences(
     ctx: &datafusion::prelude::SessionContext,
     input: &LogicalPlan,
     id_column: &str,
     ds: &lance::Dataset,
+    skipped: &HashSet<String>,
     fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
-) -> Result<(Counted, Counted)> {
+) -> Result<(Counted, Counted, Counted)> {
     let id = quote_ident(id_column);
     let source = DataFrame::new(ctx.state(), input.clone()).select_columns(&[id_column]).map_err(fail)?;
     ctx.register_table("__verify_source", source.into_view())?;
@@ -541,20 +613,25 @@ async fn id_differences(
          ON s.{id} = d.{id} WHERE (s.{id} IS NULL) <> (d.{id} IS NULL)"
     );
     let mut stream = ctx.sql(&sql).await.map_err(fail)?.execute_stream().await.map_err(fail)?;
-    let (mut missing, mut extra): (Counted, Counted) = Default::default();
+    let (mut missing, mut extra, mut skipped_found): (Counted, Counted, Counted) = Default::default();
+    let count = |side: &mut Counted, id: &str| {
+        side.0 += 1;
+        if side.1.len() < crate::ops::compare::EXAMPLES {
+            side.1.push(id.to_string());
+        }
+    };
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(fail)?;
-        for (i, side) in [&mut missing, &mut extra].into_iter().enumerate() {
-            let ids = cast(batch.column(i), &DataType::Utf8)?;
-            for id in ids.as_string::<i32>().iter().flatten() {
-                side.0 += 1;
-                if side.1.len() < crate::ops::compare::EXAMPLES {
-                    side.1.push(id.to_string());
-                }
-            }
+        let ids = cast(batch.column(0), &DataType::Utf8)?;
+        for id in ids.as_string::<i32>().iter().flatten() {
+            count(if skipped.contains(id) { &mut skipped_found } else { &mut missing }, id);
+        }
+        let ids = cast(batch.column(1), &DataType::Utf8)?;
+        for id in ids.as_string::<i32>().iter().flatten() {
+            count(&mut extra, id);
         }
     }
-    Ok((missing, extra))
+    Ok((missing, extra, skipped_found))
 }
 
 /// The rows of the write's query (`__verify_source`, registered by [`id_differences`]).
@@ -566,14 +643,16 @@ async fn count_source(ctx: &datafusion::prelude::SessionContext) -> datafusion::
         .map_or(0, |a| a.value(0).max(0) as u64))
 }
 
-/// The texts of `texts` (ids first, texts second) whose ids are lowest in the seeded order, 16 times the
-/// sample at most, and the rows read: streamed, so that only those are held.
+/// The rows of `texts` (ids first, texts or images second) whose ids are lowest in the seeded order, and the rows
+/// read: streamed, so that only those are held. Texts: 16 times the sample at most, to draw strata from; images:
+/// the sample itself (an image's size is known once its header is read, and photos are large to hold).
 async fn candidates(
     texts: DataFrame,
     args: &VerifyOptions,
+    images: bool,
     fail: &dyn Fn(datafusion::error::DataFusionError) -> Error,
 ) -> Result<(Vec<Candidate>, u64)> {
-    let mut lowest = Lowest::new(16 * args.sample as usize);
+    let mut lowest = Lowest::new(if images { 1 } else { 16 } * args.sample as usize);
     let mut rows = 0u64;
     let mut stream = texts.execute_stream().await.map_err(fail)?;
     while let Some(batch) = stream.next().await {
@@ -581,17 +660,48 @@ async fn candidates(
         rows += batch.num_rows() as u64;
         let ids = cast(batch.column(0), &DataType::Utf8)?;
         let ids = ids.as_string::<i32>();
-        let texts = crate::udf::embed::string_values(batch.column(1))?;
-        for (i, t) in texts.into_iter().enumerate() {
-            let (Some(t), true) = (t, ids.is_valid(i)) else { continue };
-            lowest.offer(seeded_rank(args.seed, ids.value(i)), || (ids.value(i).to_string(), t.to_string()));
+        let contents = contents(batch.column(1), images)?;
+        for (i, content) in contents.into_iter().enumerate() {
+            let (Some(content), true) = (content, ids.is_valid(i)) else { continue };
+            lowest.offer(seeded_rank(args.seed, ids.value(i)), || (ids.value(i).to_string(), content.owned()));
         }
     }
-    Ok((lowest.into_vec().into_iter().map(|(rank, (id, text))| Candidate { id, text, rank }).collect(), rows))
+    Ok((lowest.into_vec().into_iter().map(|(rank, (id, content))| Candidate { id, content, rank }).collect(), rows))
 }
 
-/// The write's ids and texts: its query with `embed(text)` replaced by `text` (the id first, the text second),
-/// where the query is one projection holding the call.
+/// A row's content as the batch holds it; made a [`Content`] only when it is kept.
+#[derive(Clone, Copy)]
+enum Raw<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+    Path(&'a str),
+}
+
+impl Raw<'_> {
+    fn owned(self) -> Content {
+        match self {
+            Raw::Text(t) => Content::Text(t.to_string()),
+            Raw::Bytes(b) => Content::Image(Located::Fetched(bytes::Bytes::copy_from_slice(b))),
+            Raw::Path(p) => Content::ImagePath(p.to_string()),
+        }
+    }
+}
+
+/// Each row's content (NULL: none): a text, an image's bytes, or an image's path.
+fn contents(column: &ArrayRef, images: bool) -> Result<Vec<Option<Raw<'_>>>> {
+    Ok(match column.data_type() {
+        DataType::Binary => column.as_binary::<i32>().iter().map(|b| b.map(Raw::Bytes)).collect(),
+        DataType::LargeBinary => column.as_binary::<i64>().iter().map(|b| b.map(Raw::Bytes)).collect(),
+        DataType::BinaryView => column.as_binary_view().iter().map(|b| b.map(Raw::Bytes)).collect(),
+        _ => {
+            let raw = if images { Raw::Path } else { Raw::Text };
+            crate::udf::embed::string_values(column)?.into_iter().map(|t| t.map(raw)).collect()
+        }
+    })
+}
+
+/// The write's ids and texts: its query with `embed(text)` (or `embed_image(image)`) replaced by `text` (or
+/// `image`), the id first, where the query is one projection holding the call.
 fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
     let LogicalPlan::Projection(p) = input else { return None };
     let (mut id, mut text) = (None, None);
@@ -602,7 +712,7 @@ fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
             id = Some(e.clone());
         }
         if let Expr::ScalarFunction(f) = &e
-            && f.name() == "embed"
+            && matches!(f.name(), "embed" | "embed_image")
         {
             text = f.args.first().cloned();
         }
@@ -614,19 +724,21 @@ fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
         .ok()
 }
 
-/// The sample drawn, by stratum, with the embedder that makes it again.
+/// The sample drawn, by stratum, with the embedder that makes it again (and for images, its vision tower and the
+/// job's options).
 struct Drawn {
     rows: Vec<SampleRow>,
     strata: Vec<(String, u64)>,
     embedder: Arc<crate::model::Embedder>,
     settings: crate::model::CallSettings,
+    images: Option<(Arc<crate::model::vision::VisionEmbedder>, EmbedOptions)>,
     model_dir: PathBuf,
     made_on: Option<DeviceInfo>,
 }
 
 struct SampleRow {
     id: String,
-    text: String,
+    content: Content,
     stratum: usize,
 }
 
@@ -637,7 +749,7 @@ async fn prepare_sample(
     args: &VerifyOptions,
     ds: &lance::Dataset,
     fp: &Fingerprint,
-    candidates: Vec<Candidate>,
+    candidates: Candidates,
 ) -> Result<std::result::Result<Drawn, String>> {
     let newest = newest_run_record(ds, ds.version().version, |r| r.model_dir.is_some()).await?;
     let made_on =
@@ -675,18 +787,79 @@ async fn prepare_sample(
         )));
     }
     let embedder = options.embedder()?;
-    let texts: Vec<Option<&str>> = candidates.iter().map(|c| Some(c.text.as_str())).collect();
+    let Candidates { items: candidates, images } = candidates;
+    if let Some(job) = images {
+        // The job's image settings, on the device and model verify uses.
+        let job = EmbedOptions { model: options.model.clone(), device: options.device.clone(), ..job };
+        let vision = job.vision_embedder()?;
+        let (rows, strata) = draw_images(candidates, &job.image_base).await;
+        return Ok(Ok(Drawn { rows, strata, embedder, settings, images: Some((vision, job)), model_dir, made_on }));
+    }
+    let texts: Vec<String> = candidates
+        .iter()
+        .map(|c| match &c.content {
+            Content::Text(t) => t.clone(),
+            _ => String::new(),
+        })
+        .collect();
     let counts = {
         let (e, s) = (Arc::clone(&embedder), settings.clone());
-        let texts: Vec<Option<String>> = texts.iter().map(|t| t.map(str::to_string)).collect();
         tokio::task::spawn_blocking(move || {
-            let refs: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
+            let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
             e.token_counts(&refs, &s)
         })
         .await??
     };
     let (rows, strata) = draw(candidates, &counts, fp.max_tokens.max(1), args.sample as usize);
-    Ok(Ok(Drawn { rows, strata, embedder, settings, model_dir, made_on }))
+    Ok(Ok(Drawn { rows, strata, embedder, settings, images: None, model_dir, made_on }))
+}
+
+/// The bands of decoded size an image sample is grouped by (megapixels, upper bounds), the host's cost.
+const IMAGE_BANDS: [(f64, &str); 5] = [
+    (0.25, "under 0.25 megapixels"),
+    (1.0, "0.25-1 megapixels"),
+    (4.0, "1-4 megapixels"),
+    (16.0, "4-16 megapixels"),
+    (f64::INFINITY, "16 megapixels and more"),
+];
+
+/// An image sample by band of decoded size, read from each image's header (paths located first, against
+/// `image_base`; objects fetched); an image whose header cannot be read now goes in a band of its own.
+async fn draw_images(candidates: Vec<Candidate>, image_base: &str) -> (Vec<SampleRow>, Vec<(String, u64)>) {
+    let paths = candidates
+        .iter()
+        .map(|c| match &c.content {
+            Content::ImagePath(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    let located = crate::udf::image_source::locate(paths, image_base).await;
+    let mut names: Vec<String> = IMAGE_BANDS.iter().map(|(_, n)| n.to_string()).collect();
+    names.push("not readable now".into());
+    let mut members = vec![0u64; names.len()];
+    let mut rows: Vec<(u64, SampleRow)> = candidates
+        .into_iter()
+        .zip(located)
+        .map(|(c, l)| {
+            let content = match (c.content, l) {
+                (Content::ImagePath(_), Some(l)) => Content::Image(l),
+                (content, _) => content,
+            };
+            let header = match &content {
+                Content::Image(Located::File(p)) => crate::model::image::header_of_file(Path::new(p)).ok(),
+                Content::Image(Located::Fetched(b)) => crate::model::image::header_of_bytes(b).ok(),
+                _ => None,
+            };
+            let stratum = header.map_or(IMAGE_BANDS.len(), |h| {
+                let megapixels = h.pixels() as f64 / 1e6;
+                IMAGE_BANDS.iter().position(|(top, _)| megapixels < *top).unwrap_or(IMAGE_BANDS.len() - 1)
+            });
+            members[stratum] += 1;
+            (c.rank, SampleRow { id: c.id, content, stratum })
+        })
+        .collect();
+    rows.sort_by_key(|(rank, _)| *rank);
+    (rows.into_iter().map(|(_, r)| r).collect(), names.into_iter().zip(members).collect())
 }
 
 /// The sample of `n` rows: bands of token length doubling up to `limit`, and the texts past it, each given
@@ -725,7 +898,7 @@ fn draw(
         members.sort_unstable();
         for (_, i) in members.into_iter().take(quotas[k]) {
             if let Some(c) = candidates[i].take() {
-                rows.push(SampleRow { id: c.id, text: c.text, stratum: k });
+                rows.push(SampleRow { id: c.id, content: c.content, stratum: k });
             }
         }
     }
@@ -754,37 +927,34 @@ async fn compare_sample(
     fp: &Fingerprint,
     args: &VerifyOptions,
 ) -> Result<SampleFindings> {
-    let Drawn { rows, strata, embedder, settings, model_dir, made_on } = d;
-    let texts: Vec<String> = rows.iter().map(|r| r.text.clone()).collect();
-    let (e, stop) = (Arc::clone(&embedder), args.stop.clone());
-    let vectors = tokio::task::spawn_blocking(move || {
-        let refs: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        e.embed_with_progress(&refs, &settings, &|_, _| {}, &|| stop.requested())
-    })
-    .await??;
-    let dim = if rows.is_empty() { 1 } else { vectors.vectors.len() / rows.len() };
-    let mut checks: Vec<StratumCheck> = strata
-        .into_iter()
-        .map(|(name, candidates)| StratumCheck {
-            name,
-            candidates,
-            rows: 0,
-            min_cosine: None,
-            mean_cosine: None,
-            max_abs_diff: None,
-            below: 0,
-        })
-        .collect();
+    let Drawn { rows, strata, embedder, settings, images, model_dir, made_on } = d;
+    let (rows, vectors, bad) = match images {
+        None => embed_texts_again(rows, Arc::clone(&embedder), settings, args.stop.clone()).await?,
+        Some((vision, job)) => embed_images_again(rows, vision, job, args.stop.clone()).await?,
+    };
+    let dim = if rows.is_empty() { 1 } else { vectors.len() / rows.len() };
+    let mut checks: Vec<StratumCheck> =
+        strata.into_iter().map(|(name, candidates)| StratumCheck { name, candidates, ..Default::default() }).collect();
     let mut sums = vec![0f64; checks.len()];
     let (mut below, mut below_examples, mut not_stored) = (0u64, Vec::new(), 0u64);
+    let (mut unreadable, mut unreadable_examples, mut bad_skipped) = (0u64, Vec::new(), 0u64);
     // float16 storage: the fresh vector is rounded as the stored one was.
     let round = fp.dtype == "float16";
     for (i, row) in rows.iter().enumerate() {
-        let Some(Some(old)) = stored.get(&row.id) else {
+        let old = stored.get(&row.id).and_then(Option::as_ref);
+        // An image that cannot be read now: skipped by the run as well (no vector), or changed since (a vector).
+        if bad.contains(&i) {
+            match old {
+                None => bad_skipped += 1,
+                Some(_) => tally(&mut unreadable, &mut unreadable_examples, &row.id),
+            }
+            continue;
+        }
+        let Some(old) = old else {
             not_stored += 1;
             continue;
         };
-        let mut new = vectors.vectors[i * dim..(i + 1) * dim].to_vec();
+        let mut new = vectors[i * dim..(i + 1) * dim].to_vec();
         if round {
             new.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
         }
@@ -796,10 +966,7 @@ async fn compare_sample(
         sums[row.stratum] += cos;
         if cos < args.min_cosine {
             s.below += 1;
-            below += 1;
-            if below_examples.len() < EXAMPLES {
-                below_examples.push(row.id.clone());
-            }
+            tally(&mut below, &mut below_examples, &row.id);
         }
     }
     for (s, sum) in checks.iter_mut().zip(sums) {
@@ -826,7 +993,69 @@ async fn compare_sample(
         below,
         below_examples,
         not_stored,
+        unreadable,
+        unreadable_examples,
+        bad_skipped,
     })
+}
+
+/// One more id counted, kept as an example while there are few.
+fn tally(count: &mut u64, examples: &mut Vec<String>, id: &str) {
+    *count += 1;
+    if examples.len() < EXAMPLES {
+        examples.push(id.to_string());
+    }
+}
+
+/// The sampled texts embedded again (none is bad: the set of bad rows is empty).
+async fn embed_texts_again(
+    rows: Vec<SampleRow>,
+    embedder: Arc<crate::model::Embedder>,
+    settings: crate::model::CallSettings,
+    stop: StopToken,
+) -> Result<(Vec<SampleRow>, Vec<f32>, HashSet<usize>)> {
+    tokio::task::spawn_blocking(move || {
+        let texts: Vec<Option<&str>> = rows
+            .iter()
+            .map(|r| match &r.content {
+                Content::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        let made = embedder.embed_with_progress(&texts, &settings, &|_, _| {}, &|| stop.requested())?;
+        Ok((rows, made.vectors, HashSet::new()))
+    })
+    .await?
+}
+
+/// The sampled images embedded again with the vision tower, under the job's pixel limit and batch; the rows
+/// whose image cannot be read now (each gets zeros), by index.
+async fn embed_images_again(
+    rows: Vec<SampleRow>,
+    vision: Arc<crate::model::vision::VisionEmbedder>,
+    job: EmbedOptions,
+    stop: StopToken,
+) -> Result<(Vec<SampleRow>, Vec<f32>, HashSet<usize>)> {
+    tokio::task::spawn_blocking(move || {
+        let sources: Vec<_> = rows
+            .iter()
+            .map(|r| match &r.content {
+                Content::Image(l) => Some(l.source()),
+                _ => None,
+            })
+            .collect();
+        let made = vision.embed(&sources, job.batch_images, job.max_image_pixels, true, &|| stop.requested()).map_err(
+            |e| match e {
+                crate::model::vision::EmbedImageError::Bad(b) => {
+                    Error::Refused(format!("image {}: {}", b.row, b.error))
+                }
+                crate::model::vision::EmbedImageError::Other(e) => e,
+            },
+        )?;
+        let bad = made.bad.iter().map(|b| b.row).collect();
+        Ok((rows, made.vectors, bad))
+    })
+    .await?
 }
 
 #[cfg(test)]

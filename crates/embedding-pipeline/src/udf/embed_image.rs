@@ -197,6 +197,7 @@ fn embed_array(
     };
     let stop = || metrics.stop().requested();
     metrics.record_call_started();
+    metrics.record_device(embedder.device());
     let skip = options.skip_bad_images()?;
     let id_of = |row: usize| ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()).filter(|v| !v.is_null());
     let mut out =
