@@ -216,6 +216,13 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(bands, ["under 0.25 megapixels", "0.25-1 megapixels", "1-4 megapixels"], "{sample}");
+    // The campaign's page counts images, not tokens.
+    let o = pipeline(&["report", "folder.lance", "-o", "folder.html"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let page = std::fs::read_to_string(dir.join("folder.html")).unwrap();
+    let said = format!("<th>images embedded</th><td>{} (0 bad ones skipped), ", reference.len());
+    assert!(page.contains(&said) && page.contains("Images per second, per commit"), "{page}");
+    assert!(!page.contains("useful tokens"), "an image campaign's page speaks of tokens");
     // A file changed since the run: its vector cannot be checked, and verify says so by id.
     let changed = images.join("rgb-640x480.png");
     let kept = std::fs::read(&changed).unwrap();

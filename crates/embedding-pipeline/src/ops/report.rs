@@ -146,13 +146,35 @@ fn summary(
     let mut devices: Vec<String> =
         runs.iter().filter_map(|r| r.device.as_ref()).map(|d| format!("{} ({})", d.device, d.provider)).collect();
     devices.dedup();
+    let rate = |n: u64| if wall > 0.0 { thousands((n as f64 / wall) as u64) } else { "n/a".into() };
+    // What was embedded: images (embed_image) where the runs made no tokens, else tokens.
+    let embedded = if images_only(commits) {
+        let sum = |f: fn(&RunRecord) -> u64| runs.iter().map(|r| f(r)).sum::<u64>();
+        format!(
+            "<tr><th>images embedded</th><td>{} ({} bad ones skipped), {:.1} megapixels decoded from {:.1} MB of \
+             files</td></tr><tr><th>embedding wall time</th><td>{}</td></tr><tr><th>images/s (whole)</th><td>{}</td></tr>",
+            thousands(sum(|r| r.images)),
+            thousands(sum(|r| r.skipped_images)),
+            sum(|r| r.image_pixels) as f64 / 1e6,
+            sum(|r| r.image_bytes) as f64 / 1e6,
+            super::cost::duration(wall),
+            rate(sum(|r| r.images)),
+        )
+    } else {
+        format!(
+            "<tr><th>useful tokens embedded</th><td>{} (padding efficiency {:.1}%)</td></tr>\
+             <tr><th>embedding wall time</th><td>{}</td></tr><tr><th>useful tokens/s (whole)</th><td>{}</td></tr>",
+            thousands(useful),
+            if processed > 0 { 100.0 * useful as f64 / processed as f64 } else { 0.0 },
+            super::cost::duration(wall),
+            rate(useful),
+        )
+    };
     let _ = write!(
         page,
         "<table class=\"summary\"><tr><th>dataset</th><td><code>{}</code></td></tr>\
          <tr><th>version</th><td>{version} ({} versions)</td></tr><tr><th>rows</th><td>{}</td></tr>\
-         <tr><th>model</th><td>{}</td></tr>\
-         <tr><th>useful tokens embedded</th><td>{} (padding efficiency {:.1}%)</td></tr>\
-         <tr><th>embedding wall time</th><td>{}</td></tr><tr><th>useful tokens/s (whole)</th><td>{}</td></tr>\
+         <tr><th>model</th><td>{}</td></tr>{embedded}\
          <tr><th>devices</th><td>{}</td></tr><tr><th>last verify</th><td>{}</td></tr></table>",
         esc(uri),
         commits.len(),
@@ -161,10 +183,6 @@ fn summary(
             "{} ({}, {} dims)",
             f.model, f.model_dtype, f.dim
         ))),
-        thousands(useful),
-        if processed > 0 { 100.0 * useful as f64 / processed as f64 } else { 0.0 },
-        super::cost::duration(wall),
-        if wall > 0.0 { thousands((useful as f64 / wall) as u64) } else { "n/a".into() },
         esc(&devices.join("; ")),
         match verified {
             Some(v) => verdict(v, version),
@@ -242,8 +260,17 @@ fn inline_svg(svg: &str) -> &str {
     svg.find("<svg").map_or(svg, |i| &svg[i..])
 }
 
+/// Whether the dataset's runs embedded images and no texts (then its page counts images, not tokens).
+fn images_only(commits: &[Commit]) -> bool {
+    let runs = || commits.iter().filter_map(|c| c.run.as_ref());
+    runs().any(|r| r.images > 0) && runs().all(|r| r.processed_tokens == 0)
+}
+
 fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
     *page += "<h2>Commits</h2>";
+    if images_only(commits) {
+        return image_commits_section(page, commits);
+    }
     let runs: Vec<(u64, &RunRecord)> = commits.iter().filter_map(|c| Some((c.version, c.run.as_ref()?))).collect();
     if !runs.is_empty() {
         let labels: Vec<String> = runs.iter().map(|(v, _)| format!("v{v}")).collect();
@@ -294,6 +321,52 @@ fn commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
                 );
             }
         }
+    }
+    *page += "</table>";
+    Ok(())
+}
+
+/// The commits of an image campaign: rows, images/s, megapixels and bad images skipped per commit.
+fn image_commits_section(page: &mut String, commits: &[Commit]) -> Result<()> {
+    let runs: Vec<(u64, &RunRecord)> = commits.iter().filter_map(|c| Some((c.version, c.run.as_ref()?))).collect();
+    let per_second = |r: &RunRecord| if r.wall_seconds > 0.0 { r.images as f64 / r.wall_seconds } else { 0.0 };
+    let labels: Vec<String> = runs.iter().map(|(v, _)| format!("v{v}")).collect();
+    let rows: Vec<f64> = runs.iter().map(|(_, r)| r.rows_written as f64).collect();
+    let rate: Vec<f64> = runs.iter().map(|(_, r)| per_second(r)).collect();
+    let _ = write!(
+        page,
+        "<div class=\"chart\" id=\"timeline\">{}{}</div>",
+        inline_svg(&bars("Rows written per commit", &labels, &rows, "rows")?),
+        inline_svg(&bars("Images per second, per commit", &labels, &rate, "images/s")?),
+    );
+    *page += "<table><tr><th>version</th><th>committed</th><th>rows written</th><th>images</th><th>images/s</th>\
+              <th>megapixels decoded</th><th>MB of files</th><th>bad ones skipped</th><th>wall</th><th>device</th></tr>";
+    for c in commits {
+        let Some(r) = &c.run else {
+            let other = esc(c.other.as_deref().unwrap_or("no run record"));
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td>{}</td><td colspan=\"8\">{other}</td></tr>",
+                c.version,
+                esc(&c.timestamp)
+            );
+            continue;
+        };
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td>\
+             <td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{}</td><td class=\"n\">{:.1} s</td><td>{}</td></tr>",
+            c.version,
+            esc(&c.timestamp),
+            thousands(r.rows_written),
+            thousands(r.images),
+            per_second(r),
+            r.image_pixels as f64 / 1e6,
+            r.image_bytes as f64 / 1e6,
+            thousands(r.skipped_images),
+            r.wall_seconds,
+            esc(&r.device.as_ref().map_or(String::new(), |d| format!("{} ({})", d.device, d.provider))),
+        );
     }
     *page += "</table>";
     Ok(())
