@@ -316,6 +316,35 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     assert_eq!(report["sample"]["bad_skipped"], 2, "{report}");
     assert_eq!(report["sample"]["rows"], reference.len() as u64, "{report}");
 
+    // Killed (SIGKILL) once a commit is in, then run again: every id once, each image's vector its own. 720 rows
+    // (each image 40 times), 24 to a commit.
+    let many = "SELECT id || '#' || CAST(n AS VARCHAR) AS id, embed_image(image, id) AS embedding \
+                FROM imgs CROSS JOIN generate_series(1, 40) AS t(n)";
+    let set = "SET embed.commit_rows = 24; SET embed.batch_images = 8;";
+    let job = format!(
+        "SET embed.model = 'model';\n{set}\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION \
+         'corpus/images.parquet';\nCOPY ({many}) TO 'killed.lance' STORED AS LANCE;\n"
+    );
+    std::fs::write(dir.join("killed.sql"), job).unwrap();
+    let mut child = crate::common::spawn(&["run", "-q", "killed.sql"], dir);
+    let start = std::time::Instant::now();
+    while !dir.join("killed.lance/_versions").read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its first commit");
+        assert!(start.elapsed().as_secs() < 120, "no commit within 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let o = pipeline(&["run", "killed.sql"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("resuming: ") && out.contains(" of 720 already done"), "{out}{err}");
+    let ours = written(dir, "killed.lance").await;
+    assert_eq!(ours.len(), 720, "every id once");
+    for (id, got) in &ours {
+        let c = cosine(got, &reference[id.split('#').next().unwrap()]);
+        assert!(c >= 0.9999, "{id}: cosine {c} after the kill");
+    }
+
     // A text model has no vision tower: refused by name before anything is embedded.
     let job = format!(
         "SET embed.model = '{}';\nCREATE EXTERNAL TABLE imgs STORED AS PARQUET LOCATION 'corpus/images.parquet';\n\
