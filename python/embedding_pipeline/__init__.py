@@ -238,8 +238,9 @@ def embed(texts: Iterable[str], model: str | os.PathLike | None = None, *, devic
 
 def plan(job: str | os.PathLike, vars: Mapping[str, Any] | None = None, *, units: int | None = None,
          unit_tokens: int | None = None) -> list[dict]:
-    """Plan every write into Lance of the job file, as ``pipeline plan`` does: one ``{"dir", "plan"}`` each.
-    ``vars`` fill its ``${NAME}`` variables, as in ``run``."""
+    """Plan every write into Lance of the job file, as ``pipeline plan`` does: one ``{"dir", "plan"}`` each (an
+    image write's plan has ``"kind": "images"``: its images counted from their headers). ``vars`` fill its
+    ``${NAME}`` variables, as in ``run``."""
     return json.loads(_native.plan(os.fspath(job), _vars(vars), units, unit_tokens, _Show(False, False)))
 
 

@@ -22,7 +22,9 @@ pub struct InspectArgs {
 /// Print the dataset report, or a plan directory's summary.
 pub async fn run(args: InspectArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     let InspectArgs { dataset, json, id_column } = args;
-    if Path::new(&dataset).join(embedding_pipeline::campaign::work_plan::PLAN_FILE).is_file() {
+    let plan_files =
+        [embedding_pipeline::campaign::work_plan::PLAN_FILE, embedding_pipeline::ops::image_plan::IMAGES_FILE];
+    if plan_files.iter().any(|f| Path::new(&dataset).join(f).is_file()) {
         return super::plan::inspect_plan(Path::new(&dataset), json, printer).await;
     }
     let r = report(&embedding_pipeline::lance::dataset_uri(&dataset), id_column.as_deref()).await?;

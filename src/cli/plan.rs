@@ -9,7 +9,8 @@ use super::ExitStatus;
 use super::args::{JobVars, Runtime, at_least};
 use super::printer::{Printer, out};
 use embedding_pipeline::campaign::work_plan::{HISTOGRAM_FILE, WORK_LIST_FILE, WorkPlan};
-use embedding_pipeline::ops::plan::{UnitSize, plan_job_for, source_changes};
+use embedding_pipeline::ops::image_plan::{IMAGES_FILE, ImagePlan};
+use embedding_pipeline::ops::plan::{Planned, UnitSize, plan_job_for, source_changes};
 
 /// `pipeline plan`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -44,7 +45,10 @@ pub async fn run(args: PlanArgs, printer: Printer) -> anyhow::Result<ExitStatus>
         out!(printer, "{}", serde_json::to_string_pretty(&plans.iter().map(|(p, _)| p).collect::<Vec<_>>())?);
     } else {
         for (plan, dir) in &plans {
-            print_summary(plan, dir, printer);
+            match plan {
+                Planned::Texts(plan) => print_summary(plan, dir, printer),
+                Planned::Images(plan) => print_images(plan, dir, printer),
+            }
         }
     }
     Ok(ExitStatus::Success)
@@ -52,6 +56,14 @@ pub async fn run(args: PlanArgs, printer: Printer) -> anyhow::Result<ExitStatus>
 
 /// `pipeline inspect <output>.plan`: the plan's summary and its units, or with `json` its plan.json.
 pub async fn inspect_plan(dir: &Path, json: bool, printer: Printer) -> anyhow::Result<ExitStatus> {
+    if dir.join(IMAGES_FILE).is_file() {
+        let plan = ImagePlan::read(dir)?;
+        match json {
+            true => out!(printer, "{}", serde_json::to_string_pretty(&plan)?),
+            false => print_images(&plan, dir, printer),
+        }
+        return Ok(ExitStatus::Success);
+    }
     let (plan, digest) = WorkPlan::read(dir).map_err(|e| anyhow!(e))?;
     if json {
         out!(printer, "{}", serde_json::to_string_pretty(&plan)?);
@@ -116,4 +128,48 @@ fn print_summary(plan: &WorkPlan, dir: &Path, printer: Printer) {
     out!(printer, "  units: {} of about {} useful tokens", plan.units.len(), plan.unit_tokens);
     out!(printer, "  work list: {}", dir.join(WORK_LIST_FILE).display());
     out!(printer, "  histogram: {}", dir.join(HISTOGRAM_FILE).display());
+}
+
+/// An image write's plan: its images by size and format, the largest, and the bad ones.
+fn print_images(plan: &ImagePlan, dir: &Path, printer: Printer) {
+    let c = &plan.counts;
+    out!(printer, "plan for {} (images): {}", plan.output, dir.join(IMAGES_FILE).display());
+    out!(printer, "  rows: {} ({} images whose headers read, {} NULL, {} bad)", c.rows, c.images, c.null_images, c.bad);
+    let formats: Vec<String> = c.formats.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    out!(
+        printer,
+        "  files: {:.1} MB, {:.1} megapixels to decode ({})",
+        c.bytes as f64 / 1e6,
+        c.pixels as f64 / 1e6,
+        formats.join(", ")
+    );
+    for b in c.bands.iter().filter(|b| b.images > 0) {
+        out!(
+            printer,
+            "  {:<24} {:>9} images {:>10.1} MB {:>10.1} megapixels",
+            b.name,
+            b.images,
+            b.bytes as f64 / 1e6,
+            b.pixels as f64 / 1e6
+        );
+    }
+    if let Some(l) = c.largest.first() {
+        out!(printer, "  largest: {} ({}x{}, {} {:.1} MB)", l.id, l.width, l.height, l.format, l.bytes as f64 / 1e6);
+    }
+    if c.bad > 0 {
+        let listed: Vec<String> = c.bad_images.iter().take(5).map(|b| format!("{} ({})", b.id, b.why)).collect();
+        let policy = match plan.bad_image_policy.eq_ignore_ascii_case("skip") {
+            true => "embed.bad_images = 'skip': the run leaves them out and lists them",
+            false => {
+                "embed.bad_images = 'error': the run stops at the first; fix or remove them, or SET embed.bad_images = 'skip'"
+            }
+        };
+        out!(
+            printer,
+            "  bad images: {} ({policy}): {}{}",
+            c.bad,
+            listed.join("; "),
+            if c.bad > 5 { "; …" } else { "" }
+        );
+    }
 }

@@ -192,12 +192,23 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     drop(server);
     // The folder's job again (a rerun: nothing to add), for what follows.
     assert!(run_job(dir, "", query, "folder.lance").status.success());
-    // What is not built yet for images is refused by name: planning.
+    // plan: every image's header read (no pixel decoded), by size and format, the largest named.
     let o = pipeline(&["plan", "job.sql"], dir);
+    let (out, err) = text(&o);
+    let rows = format!("rows: {} ({0} images whose headers read, 0 NULL, 0 bad)", reference.len());
+    assert!(o.status.success() && out.contains(&rows), "{out}{err}");
+    assert!(out.contains("1-4 megapixels") && out.contains("largest: rgb-2400x1600.png (2400x1600, Png"), "{out}");
+    let o = pipeline(&["inspect", "folder.lance.plan", "--json"], dir);
+    let plan: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!((&plan["kind"], &plan["images"]), (&"images".into(), &(reference.len() as u64).into()), "{plan}");
+    let file_bytes: u64 = reference.keys().map(|id| std::fs::metadata(images.join(id)).unwrap().len()).sum();
+    assert_eq!(plan["bytes"], file_bytes, "{plan}");
+    // What is not built yet for images is refused by name: probing.
+    let o = pipeline(&["probe", "job.sql"], dir);
     let (_, err) = text(&o);
     assert!(
         !o.status.success()
-            && err.contains("embeds images (embed_image), which pipeline plan, probe and trial do not measure yet"),
+            && err.contains("embeds images (embed_image), which pipeline probe and trial do not measure yet"),
         "{err}"
     );
     // verify --job: the ids against the folder, and a sample (here every image) embedded again from its path,
@@ -222,6 +233,7 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     let page = std::fs::read_to_string(dir.join("folder.html")).unwrap();
     let said = format!("<th>images embedded</th><td>{} (0 bad ones skipped), ", reference.len());
     assert!(page.contains(&said) && page.contains("Images per second, per commit"), "{page}");
+    assert!(page.contains("Images per band of decoded size"), "the plan's images on the page");
     assert!(!page.contains("useful tokens"), "an image campaign's page speaks of tokens");
     // A file changed since the run: its vector cannot be checked, and verify says so by id.
     let changed = images.join("rgb-640x480.png");
@@ -306,6 +318,14 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     assert!(
         listed.contains("\"empty\"") && listed.contains("is empty (0 bytes)") && listed.contains("\"words\""),
         "{listed}"
+    );
+    // plan: the bad images found from their headers, before any run, named by id.
+    let o = pipeline(&["plan", "job.sql"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("1 NULL, 2 bad)"), "{out}{err}");
+    assert!(
+        out.contains("bad images: 2 (embed.bad_images = 'skip'") && out.contains("empty (is empty (0 bytes))"),
+        "{out}"
     );
     // verify: the skipped ids are not missing ones (their run record lists them), and in the sample they are bad
     // images without a vector, as the run left them.

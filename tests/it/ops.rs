@@ -216,6 +216,7 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
     let plans = plan_job(&file, &BTreeMap::new(), UnitSize::Count(3)).await.unwrap();
     assert_eq!(plans.len(), 1);
     let (plan, plan_dir) = &plans[0];
+    let plan = plan.texts().expect("a text write's plan");
     assert_eq!(plan_dir, &dir.join("out.lance.plan"));
     assert!(plan_dir.join("plan.json").is_file() && plan_dir.join("worklist.parquet").is_file());
     let t = &plan.totals;
@@ -254,7 +255,7 @@ async fn a_job_planned_through_the_library_runs_its_plan_with_the_tokens_it_coun
         "{err:?}"
     );
     let again = plan_job(&templated, &dir_var(dir), UnitSize::Count(3)).await.unwrap();
-    assert_eq!(again[0].0.totals.useful_tokens, t.useful_tokens);
+    assert_eq!(again[0].0.texts().unwrap().totals.useful_tokens, t.useful_tokens);
     assert_eq!(again[0].1, dir.join("out.lance.plan"));
 }
 

@@ -6,6 +6,7 @@
 //!   ([`run::run_job`] → [`run::RunReport`]);
 //! - [`plan`]: a job's writes planned on any machine ([`plan::plan_job`] → [`crate::campaign::work_plan::WorkPlan`]s),
 //!   and the walk over a job's writes the other preparations share ([`plan::JobWrites`]);
+//!   an image write's headers counted instead ([`image_plan::plan_images`] → [`image_plan::ImagePlan`]);
 //! - [`probe`]: the batch setting this machine's device affords ([`probe::probe_job`] → [`probe::ProbeReport`]);
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
 //!   [`trial::TrialReport`], saved as `trial.json`);
@@ -40,6 +41,7 @@ pub mod devices;
 pub mod embed;
 pub mod evaluate;
 pub mod histogram;
+pub mod image_plan;
 pub mod inspect;
 pub mod json_lines;
 pub mod lineage;

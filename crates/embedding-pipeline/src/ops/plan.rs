@@ -15,13 +15,14 @@ use datafusion::arrow::datatypes::{Schema, UInt32Type};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use futures::StreamExt;
 
+use super::image_plan::{IMAGES_FILE, ImagePlan};
 use crate::campaign::Fingerprint;
 use crate::campaign::metrics::RunMetrics;
 use crate::campaign::work_plan::{
@@ -51,12 +52,26 @@ pub enum UnitSize {
     Tokens(u64),
 }
 
+/// A write's plan: a text write's work plan, or an image write's headers counted.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(untagged)]
+pub enum Planned {
+    Texts(Box<WorkPlan>),
+    Images(Box<ImagePlan>),
+}
+
+impl Planned {
+    /// A text write's work plan (none for an image write).
+    pub fn texts(&self) -> Option<&WorkPlan> {
+        match self {
+            Self::Texts(p) => Some(p),
+            Self::Images(_) => None,
+        }
+    }
+}
+
 /// Plan every write into Lance of the job file: each plan, and the directory it was written to.
-pub async fn plan_job(
-    file: &Path,
-    vars: &BTreeMap<String, String>,
-    size: UnitSize,
-) -> Result<Vec<(WorkPlan, PathBuf)>> {
+pub async fn plan_job(file: &Path, vars: &BTreeMap<String, String>, size: UnitSize) -> Result<Vec<(Planned, PathBuf)>> {
     plan_job_for(file, vars, size, None).await
 }
 
@@ -67,7 +82,7 @@ pub async fn plan_job_for(
     vars: &BTreeMap<String, String>,
     size: UnitSize,
     device: Option<&str>,
-) -> Result<Vec<(WorkPlan, PathBuf)>> {
+) -> Result<Vec<(Planned, PathBuf)>> {
     let (session, statements) = load_job(file, vars)?;
     if let Some(device) = device {
         set_option(&session, "device", device).await?;
@@ -85,7 +100,11 @@ pub async fn plan_job_for(
         }
         let dir = plan_dir(&target.uri);
         let set_back = off_the_device(&session).await.map_err(|e| writes.fail(stmt, &e.chain_text()))?;
-        let made = make_plan(&session, &plan, &target, size, &dir).await;
+        let made = if calls_embed_image(&plan) {
+            plan_image_write(&session, &target, &dir).await.map(|p| (Planned::Images(Box::new(p)), dir.clone()))
+        } else {
+            make_plan(&session, &plan, &target, size, &dir).await.map(|(p, d)| (Planned::Texts(Box::new(p)), d))
+        };
         for (key, value) in set_back {
             set_option(&session, key, &value).await?;
         }
@@ -98,6 +117,22 @@ pub async fn plan_job_for(
         )));
     }
     Ok(plans)
+}
+
+/// Plan an image write into `dir`: its images' headers counted (see [`super::image_plan`]).
+async fn plan_image_write(session: &EmbedSession, target: &WriteTarget, dir: &Path) -> Result<ImagePlan> {
+    let options = EmbedOptions::from_config(session.context().state().config_options());
+    let Some(inputs) = embedded_input(&target.input, &options.id_column) else {
+        return Err(Error::Refused(format!(
+            "the write into {} is not one SELECT with embed_image() in its columns (a UNION of several, say), so its \
+             images cannot be read beside their ids ({}); run it without a plan",
+            target.uri, options.id_column
+        )));
+    };
+    let fingerprint = fingerprint_of_columns(target.input.schema().as_arrow())?
+        .ok_or_else(|| Error::Refused(format!("the write into {} has no fingerprinted column", target.uri)))?;
+    refuse_other_folder(dir)?;
+    super::image_plan::plan_images(session, inputs, target, fingerprint, dir).await
 }
 
 /// `SET embed.<key> = '<value>'` in `session`.
@@ -486,12 +521,36 @@ pub async fn counting_input(
     })?;
     found.ok_or_else(|| match calls_embed_image(write) {
         true => Error::Refused(format!(
-            "the write into {} embeds images (embed_image), which pipeline plan, probe and trial do not measure yet; \
+            "the write into {} embeds images (embed_image), which pipeline probe and trial do not measure yet; \
              run the job with pipeline run",
             target.uri
         )),
         false => Error::Refused(format!("the write into {} has no embed(text) to order", target.uri)),
     })
+}
+
+/// The write's ids and texts: its query with `embed(text)` (or `embed_image(image)`) replaced by `text` (or
+/// `image`), the id first, where the query is one projection holding the call.
+pub fn embedded_input(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
+    let LogicalPlan::Projection(p) = input else { return None };
+    let (mut id, mut text) = (None, None);
+    let id_column = p.schema.fields().iter().position(|f| f.name() == id_column);
+    for (i, e) in p.expr.iter().enumerate() {
+        let e = e.clone().unalias();
+        if Some(i) == id_column {
+            id = Some(e.clone());
+        }
+        if let Expr::ScalarFunction(f) = &e
+            && matches!(f.name(), "embed" | "embed_image")
+        {
+            text = f.args.first().cloned();
+        }
+    }
+    LogicalPlanBuilder::from(p.input.as_ref().clone())
+        .project(vec![id?.alias("__verify_id"), text?.alias("__verify_text")])
+        .ok()?
+        .build()
+        .ok()
 }
 
 /// Whether any expression of `plan` calls `embed_image()`.
@@ -517,13 +576,13 @@ pub fn calls_embed_image(plan: &LogicalPlan) -> bool {
 /// Refuse to replace `dir` unless it holds a plan, or nothing: a folder of someone else's files that happens to
 /// have the plan's name is never deleted.
 fn refuse_other_folder(dir: &Path) -> Result<()> {
-    if !dir.exists() || dir.join(PLAN_FILE).is_file() {
+    if !dir.exists() || dir.join(PLAN_FILE).is_file() || dir.join(IMAGES_FILE).is_file() {
         return Ok(());
     }
     let empty = std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(false);
     if !empty {
         return Err(Error::Refused(format!(
-            "{} exists and holds no plan ({PLAN_FILE}), so it is not replaced by one (a plan is kept in \
+            "{} exists and holds no plan ({PLAN_FILE} or {IMAGES_FILE}), so it is not replaced by one (a plan is kept in \
              <output>.plan/ beside its output); move that folder away, or write to another output",
             dir.display()
         )));

@@ -66,7 +66,10 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
     let _ = write!(page, "<h1>Embedding campaign <code>{}</code></h1>", esc(&file_name(&uri)));
     summary(&mut page, &uri, version, rows, &commits, fingerprint.as_ref(), verified.as_ref());
     fingerprint_section(&mut page, fingerprint.as_ref());
-    plan_section(&mut page, plan.as_ref().map(|(p, dir)| (p, dir.as_path())))?;
+    match crate::ops::image_plan::ImagePlan::read(&crate::ops::plan::plan_dir(&uri)) {
+        Ok(images) if images_only(&commits) => image_plan_section(&mut page, &images)?,
+        _ => plan_section(&mut page, plan.as_ref().map(|(p, dir)| (p, dir.as_path())))?,
+    }
     commits_section(&mut page, &commits)?;
     trials_section(&mut page, &trials, costs.as_ref());
     page += "<h2>Lineage</h2><table><tr><th>link</th><th>what</th><th>detail</th><th>sha256</th></tr>";
@@ -218,6 +221,50 @@ fn fingerprint_section(page: &mut String, fp: Option<&Fingerprint>) {
         let _ = write!(page, "<tr><th>{}</th><td><code>{}</code></td></tr>", esc(&k), esc(&v));
     }
     *page += "</table>";
+}
+
+/// An image campaign's plan: its images by decoded size as a chart and a table, the largest, and the bad ones.
+fn image_plan_section(page: &mut String, plan: &crate::ops::image_plan::ImagePlan) -> Result<()> {
+    let c = &plan.counts;
+    *page += "<h2>Corpus: images by decoded size</h2>";
+    let labels: Vec<String> = c.bands.iter().map(|b| b.name.replace(" megapixels", " MP")).collect();
+    let counts: Vec<f64> = c.bands.iter().map(|b| b.images as f64).collect();
+    let _ = write!(
+        page,
+        "<p>From the plan <code>{}</code> ({}): {} rows, {} images ({} NULL, {} bad), {:.1} MB of files, {:.1} \
+         megapixels to decode.</p><div class=\"chart\" id=\"histogram\">{}</div>",
+        esc(&plan.output),
+        esc(&plan.created),
+        thousands(c.rows),
+        thousands(c.images),
+        thousands(c.null_images),
+        thousands(c.bad),
+        c.bytes as f64 / 1e6,
+        c.pixels as f64 / 1e6,
+        inline_svg(&bars("Images per band of decoded size", &labels, &counts, "images")?),
+    );
+    *page += "<table><tr><th>band</th><th>images</th><th>MB of files</th><th>megapixels</th></tr>";
+    for b in &c.bands {
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td></tr>",
+            esc(&b.name),
+            thousands(b.images),
+            b.bytes as f64 / 1e6,
+            b.pixels as f64 / 1e6
+        );
+    }
+    *page += "</table>";
+    if let Some(l) = c.largest.first() {
+        let _ =
+            write!(page, "<p>Largest: <code>{}</code>, {}x{} ({}).</p>", esc(&l.id), l.width, l.height, esc(&l.format));
+    }
+    if c.bad > 0 {
+        let listed: Vec<String> =
+            c.bad_images.iter().take(20).map(|b| format!("<code>{}</code> ({})", esc(&b.id), esc(&b.why))).collect();
+        let _ = write!(page, "<p>Bad images: {}: {}.</p>", thousands(c.bad), listed.join("; "));
+    }
+    Ok(())
 }
 
 fn plan_section(page: &mut String, plan: Option<(&WorkPlan, &Path)>) -> Result<()> {

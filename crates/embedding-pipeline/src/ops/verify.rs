@@ -14,15 +14,16 @@ use std::time::Instant;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use lance::datafusion::LanceTableProvider;
 use serde::{Deserialize, Serialize};
 
 use super::Reporter;
+use super::image_plan::{MEGAPIXEL_BANDS, band_of};
 use super::lineage::Check;
-use super::plan::{JobWrites, load_job};
+use super::plan::{JobWrites, embedded_input, load_job};
 use super::sample::{Lowest, seeded_rank};
 use crate::campaign::{DeviceInfo, Fingerprint};
 use crate::lance::records::{existing_versions, fingerprint_of_dataset, newest_run_record, version_records};
@@ -559,7 +560,7 @@ async fn read_job(
     // rows on the way) or, when no sample is drawn, for the count.
     let differences = id_differences(ctx, &target.input, args.id(), ds, &skipped, &fail).await?;
     // The texts (or images), as the write's query computes them beside its ids.
-    let texts = if args.sample == 0 { None } else { texts_plan(&target.input, args.id()) };
+    let texts = if args.sample == 0 { None } else { embedded_input(&target.input, args.id()) };
     if args.sample > 0 && texts.is_none() {
         words.cannot_check.push(format!(
             "the sample: the write into {} is not one SELECT with embed() or embed_image() in its columns (a UNION of \
@@ -700,30 +701,6 @@ fn contents(column: &ArrayRef, images: bool) -> Result<Vec<Option<Raw<'_>>>> {
     })
 }
 
-/// The write's ids and texts: its query with `embed(text)` (or `embed_image(image)`) replaced by `text` (or
-/// `image`), the id first, where the query is one projection holding the call.
-fn texts_plan(input: &LogicalPlan, id_column: &str) -> Option<LogicalPlan> {
-    let LogicalPlan::Projection(p) = input else { return None };
-    let (mut id, mut text) = (None, None);
-    let id_column = p.schema.fields().iter().position(|f| f.name() == id_column);
-    for (i, e) in p.expr.iter().enumerate() {
-        let e = e.clone().unalias();
-        if Some(i) == id_column {
-            id = Some(e.clone());
-        }
-        if let Expr::ScalarFunction(f) = &e
-            && matches!(f.name(), "embed" | "embed_image")
-        {
-            text = f.args.first().cloned();
-        }
-    }
-    LogicalPlanBuilder::from(p.input.as_ref().clone())
-        .project(vec![id?.alias("__verify_id"), text?.alias("__verify_text")])
-        .ok()?
-        .build()
-        .ok()
-}
-
 /// The sample drawn, by stratum, with the embedder that makes it again (and for images, its vision tower and the
 /// job's options).
 struct Drawn {
@@ -814,15 +791,6 @@ async fn prepare_sample(
     Ok(Ok(Drawn { rows, strata, embedder, settings, images: None, model_dir, made_on }))
 }
 
-/// The bands of decoded size an image sample is grouped by (megapixels, upper bounds), the host's cost.
-const IMAGE_BANDS: [(f64, &str); 5] = [
-    (0.25, "under 0.25 megapixels"),
-    (1.0, "0.25-1 megapixels"),
-    (4.0, "1-4 megapixels"),
-    (16.0, "4-16 megapixels"),
-    (f64::INFINITY, "16 megapixels and more"),
-];
-
 /// An image sample by band of decoded size, read from each image's header (paths located first, against
 /// `image_base`; objects fetched); an image whose header cannot be read now goes in a band of its own.
 async fn draw_images(candidates: Vec<Candidate>, image_base: &str) -> (Vec<SampleRow>, Vec<(String, u64)>) {
@@ -834,7 +802,7 @@ async fn draw_images(candidates: Vec<Candidate>, image_base: &str) -> (Vec<Sampl
         })
         .collect();
     let located = crate::udf::image_source::locate(paths, image_base).await;
-    let mut names: Vec<String> = IMAGE_BANDS.iter().map(|(_, n)| n.to_string()).collect();
+    let mut names: Vec<String> = MEGAPIXEL_BANDS.iter().map(|(_, n)| n.to_string()).collect();
     names.push("not readable now".into());
     let mut members = vec![0u64; names.len()];
     let mut rows: Vec<(u64, SampleRow)> = candidates
@@ -850,10 +818,7 @@ async fn draw_images(candidates: Vec<Candidate>, image_base: &str) -> (Vec<Sampl
                 Content::Image(Located::Fetched(b)) => crate::model::image::header_of_bytes(b).ok(),
                 _ => None,
             };
-            let stratum = header.map_or(IMAGE_BANDS.len(), |h| {
-                let megapixels = h.pixels() as f64 / 1e6;
-                IMAGE_BANDS.iter().position(|(top, _)| megapixels < *top).unwrap_or(IMAGE_BANDS.len() - 1)
-            });
+            let stratum = header.map_or(MEGAPIXEL_BANDS.len(), |h| band_of(h.pixels()));
             members[stratum] += 1;
             (c.rank, SampleRow { id: c.id, content, stratum })
         })
