@@ -7,6 +7,7 @@ use super::ExitStatus;
 use super::args::{JobVars, Runtime, at_least};
 use super::printer::{Printer, out};
 use embedding_pipeline::model::fit::{MemorySplit, gib};
+use embedding_pipeline::ops::image_probe;
 use embedding_pipeline::ops::probe::{LAYOUT_ROUNDS, ProbeReport, SAME_SPEED, faster_layout, probe_job};
 use embedding_pipeline::process::memory::mib;
 
@@ -35,7 +36,23 @@ pub struct ProbeArgs {
 pub async fn run(args: ProbeArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
     args.runtime.apply();
     let max_batch_tokens = args.max_batch_tokens as usize;
-    let report = probe_job(&args.file, &args.vars.parse()?, args.memory_budget, max_batch_tokens).await?;
+    let vars = args.vars.parse()?;
+    if image_probe::first_write_embeds_images(&args.file, &vars).await? {
+        let report = image_probe::probe_image_job(&args.file, &vars, args.memory_budget).await?;
+        match args.json {
+            true => out!(printer, "{}", serde_json::to_string_pretty(&report)?),
+            false => print_image_report(&report, printer),
+        }
+        if report.recommended.is_none() {
+            anyhow::bail!(
+                "no batch of images fits the memory budget of {}: {}; free memory or raise --memory-budget",
+                mib(report.budget_bytes),
+                report.stopped
+            );
+        }
+        return Ok(ExitStatus::Success);
+    }
+    let report = probe_job(&args.file, &vars, args.memory_budget, max_batch_tokens).await?;
     if args.json {
         out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -141,6 +158,56 @@ fn print_report(r: &ProbeReport, printer: Printer) {
                  machine's noise): keep the default layout",
                 SAME_SPEED * 100.0
             ),
+        }
+    }
+}
+
+/// An image probe as the command prints it.
+fn print_image_report(r: &image_probe::ImageProbeReport, printer: Printer) {
+    out!(printer, "probe on {}", r.device);
+    if let Some(l) = r.largest.first() {
+        out!(
+            printer,
+            "  the {} largest images (a pass over the headers); the largest {} ({}x{}, {})",
+            r.largest.len(),
+            l.id,
+            l.width,
+            l.height,
+            l.format
+        );
+    }
+    let h = &r.host;
+    out!(
+        printer,
+        "  host: decoding and preparing them ({:.1} megapixels) over {} threads took {:.2} s, {:.1} ms per megapixel \
+         of one core; memory grew by {} at the peak",
+        h.megapixels,
+        h.threads,
+        h.seconds,
+        h.ms_per_megapixel,
+        mib(h.peak_bytes)
+    );
+    out!(printer, "  memory: {} (budget {}: {})", r.memory, mib(r.budget_bytes), r.budget_from);
+    out!(printer, "  batch_images   images/s   decode s/image   model s/image        peak     working  fits");
+    for s in &r.steps {
+        out!(
+            printer,
+            "  {:>12} {:>10.1} {:>16.4} {:>15.4} {:>11} {:>11}  {}{}",
+            s.batch_images,
+            s.images_per_second,
+            s.decode_seconds_per_image,
+            s.model_seconds_per_image,
+            mib(s.peak_bytes),
+            mib(s.working_bytes),
+            if s.fits { "yes" } else { "no" },
+            s.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+        );
+    }
+    out!(printer, "  stopped: {}", r.stopped);
+    if let Some(rec) = &r.recommended {
+        out!(printer, "  recommended: batch_images {}: {}", rec.batch_images, rec.why);
+        for line in &rec.set {
+            out!(printer, "    {line}");
         }
     }
 }

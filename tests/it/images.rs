@@ -203,14 +203,24 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     assert_eq!((&plan["kind"], &plan["images"]), (&"images".into(), &(reference.len() as u64).into()), "{plan}");
     let file_bytes: u64 = reference.keys().map(|id| std::fs::metadata(images.join(id)).unwrap().len()).sum();
     assert_eq!(plan["bytes"], file_bytes, "{plan}");
-    // What is not built yet for images is refused by name: probing.
-    let o = pipeline(&["probe", "job.sql"], dir);
-    let (_, err) = text(&o);
-    assert!(
-        !o.status.success()
-            && err.contains("embeds images (embed_image), which pipeline probe and trial do not measure yet"),
-        "{err}"
+    // probe: the largest images decoded on the host alone, then embedded in calls of doubling size.
+    let o = pipeline(&["probe", "job.sql", "--json"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let probe: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&probe["kind"], &probe["largest"][0]["id"]),
+        (&"images".into(), &"rgb-2400x1600.png".into()),
+        "{probe}"
     );
+    assert!(probe["host"]["ms_per_megapixel"].as_f64().unwrap() > 0.0, "{probe}");
+    assert!(probe["steps"].as_array().unwrap().len() >= 2, "{probe}");
+    let set = probe["recommended"]["set"][0].as_str().unwrap();
+    assert!(set.starts_with("SET embed.batch_images = "), "{probe}");
+    // What is not built yet for images is refused by name: a trial.
+    let o = pipeline(&["trial", "job.sql"], dir);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("pipeline trial does not measure image writes yet"), "{err}");
     // verify --job: the ids against the folder, and a sample (here every image) embedded again from its path,
     // grouped by decoded size as the headers say.
     let o = pipeline(&["verify", "folder.lance", "--job", "job.sql", "--json"], dir);

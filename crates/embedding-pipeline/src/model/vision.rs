@@ -202,6 +202,28 @@ impl VisionEmbedder {
         Ok(out)
     }
 
+    /// Decode and process `images` as a call does (over the embedder's threads), without the model: the wall time
+    /// it took and, per image, its decoded size or why it is bad. What a probe measures the host by.
+    pub fn prepare_only(
+        &self,
+        images: &[ImageSource<'_>],
+        max_pixels: u64,
+    ) -> (std::time::Duration, Vec<std::result::Result<crate::model::image::Prepared, ImageError>>) {
+        let (height, width) = self.processing.input_size();
+        let per_image = 3 * (height * width) as usize;
+        let sources: Vec<Option<ImageSource<'_>>> = images.iter().copied().map(Some).collect();
+        let rows: Vec<usize> = (0..images.len()).collect();
+        let started = Instant::now();
+        let mut pixels = vec![0.0f32; images.len() * per_image];
+        let prepared = self.prepare(&sources, &rows, &mut pixels, per_image, max_pixels);
+        (started.elapsed(), prepared.into_iter().map(|r| r.map(|(p, _)| p)).collect())
+    }
+
+    /// The threads a call decodes over.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// Decode and process the images of `rows` into `pixels`, over the embedder's threads: per row, what it was
     /// (its decoded size and the bytes read), or why it is bad.
     fn prepare(

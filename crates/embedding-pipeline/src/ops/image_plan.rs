@@ -221,13 +221,51 @@ impl ImageCounts {
     }
 }
 
+/// The `n` largest images of `inputs` (id, then the `embed_image` argument) by pixels, within `max_pixels`, with
+/// what to read them from (for `pipeline probe`, which decodes and embeds them): one pass over the headers.
+pub async fn largest_images(
+    session: &EmbedSession,
+    inputs: LogicalPlan,
+    options: &EmbedOptions,
+    n: usize,
+) -> Result<Vec<(PlannedImage, Located)>> {
+    let mut largest: Vec<(PlannedImage, Located)> = Vec::new();
+    let pixels = |p: &PlannedImage| p.width as u64 * p.height as u64;
+    let mut stream = DataFrame::new(session.context().state(), inputs).execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let ids = cast(batch.column(0), &DataType::Utf8)?;
+        let located = locate_column(batch.column(1), &options.image_base).await?;
+        let read = read_headers(&located).await?;
+        for (i, (l, header)) in located.into_iter().zip(read).enumerate() {
+            let (Some(l), Some(Ok((h, bytes)))) = (l, header) else { continue };
+            if h.pixels() > options.max_image_pixels
+                || largest.len() >= n && largest.last().is_some_and(|(p, _)| pixels(p) >= h.pixels())
+            {
+                continue;
+            }
+            let id = ids.as_string::<i32>().iter().nth(i).flatten().unwrap_or_default().to_string();
+            let image = PlannedImage { id, format: format!("{:?}", h.format), width: h.width, height: h.height, bytes };
+            let at = largest.partition_point(|(p, _)| pixels(p) >= h.pixels());
+            largest.insert(at, (image, l));
+            largest.truncate(n);
+        }
+    }
+    Ok(largest)
+}
+
 /// Each row's header and file size (NULL: none): bytes read from the column, paths located against `image_base`
 /// (objects fetched), read over the machine's cores.
 async fn headers(
     column: &ArrayRef,
     image_base: &str,
 ) -> Result<Vec<Option<std::result::Result<(Header, u64), ImageError>>>> {
-    let located: Vec<Option<Located>> = match column.data_type() {
+    read_headers(&locate_column(column, image_base).await?).await
+}
+
+/// A column's images: its bytes, or its paths located against `image_base` (objects fetched).
+async fn locate_column(column: &ArrayRef, image_base: &str) -> Result<Vec<Option<Located>>> {
+    Ok(match column.data_type() {
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
             let bytes = cast(column, &DataType::LargeBinary)?;
             let bytes = bytes.as_binary::<i64>();
@@ -242,7 +280,14 @@ async fn headers(
         }
         DataType::Null => (0..column.len()).map(|_| None).collect(),
         other => return Err(Error::Refused(format!("embed_image() needs a binary or text argument, got {other}"))),
-    };
+    })
+}
+
+/// The headers and file sizes of located images, read over the machine's cores.
+async fn read_headers(
+    located: &[Option<Located>],
+) -> Result<Vec<Option<std::result::Result<(Header, u64), ImageError>>>> {
+    let located = located.to_vec();
     let read = tokio::task::spawn_blocking(move || {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(located.len()).max(1);
         let per_thread = located.len().div_ceil(threads).max(1);

@@ -8,6 +8,7 @@
 //!   and the walk over a job's writes the other preparations share ([`plan::JobWrites`]);
 //!   an image write's headers counted instead ([`image_plan::plan_images`] → [`image_plan::ImagePlan`]);
 //! - [`probe`]: the batch setting this machine's device affords ([`probe::probe_job`] → [`probe::ProbeReport`]);
+//!   for an image write, on its largest images ([`image_probe::probe_image_job`] → [`image_probe::ImageProbeReport`]);
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
 //!   [`trial::TrialReport`], saved as `trial.json`);
 //! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
@@ -42,6 +43,7 @@ pub mod embed;
 pub mod evaluate;
 pub mod histogram;
 pub mod image_plan;
+pub mod image_probe;
 pub mod inspect;
 pub mod json_lines;
 pub mod lineage;

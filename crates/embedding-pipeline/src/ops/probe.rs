@@ -51,7 +51,7 @@ const FIRST_BATCH_TOKENS: usize = 512;
 const LONGEST_TEXTS: usize = 512;
 /// Share of the budget a recommended setting may take: the rest is the run's own (reading, ordering,
 /// rows held for the sink).
-const MARGIN: f64 = 0.8;
+pub(crate) const MARGIN: f64 = 0.8;
 /// Rates within this share of each other count as the same: timing noise.
 pub const SAME_SPEED: f64 = 0.03;
 /// The most noise steps are judged by: a spread wider than this (a machine under other load) is stated, but steps
@@ -60,7 +60,7 @@ pub const MOST_NOISE: f64 = 0.10;
 /// Timed calls per step, at least, after one untimed call of the same shape; more until they have taken
 /// [`MIN_TIMED_SECONDS`] (a CPU's small calls take a tenth of a second, and two of them are noise).
 const TIMED_CALLS: u32 = 2;
-const MIN_TIMED_SECONDS: f64 = 1.0;
+pub(crate) const MIN_TIMED_SECONDS: f64 = 1.0;
 /// Most timed calls per step.
 const MAX_TIMED_CALLS: u32 = 50;
 
@@ -645,7 +645,7 @@ fn try_layouts(
 }
 
 /// What the probe measures memory with.
-enum Meter {
+pub(crate) enum Meter {
     /// The process's resident set (`VmHWM`, reset before each step).
     Host,
     /// The GPUs' memory in use, from NVML.
@@ -654,7 +654,7 @@ enum Meter {
 
 impl Meter {
     /// The GPUs' meter for a model on CUDA, where NVML sees them; else the host's.
-    fn for_device(device: &DeviceInfo) -> Self {
+    pub(crate) fn for_device(device: &DeviceInfo) -> Self {
         device
             .cuda
             .as_ref()
@@ -662,21 +662,21 @@ impl Meter {
             .map_or(Meter::Host, Meter::Device)
     }
 
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         match self {
             Meter::Host => memory::resident().unwrap_or(0),
             Meter::Device(gpu) => gpu.now(),
         }
     }
 
-    fn reset(&self) {
+    pub(crate) fn reset(&self) {
         match self {
             Meter::Host => memory::reset_peak(),
             Meter::Device(gpu) => gpu.reset(),
         }
     }
 
-    fn peak(&self) -> u64 {
+    pub(crate) fn peak(&self) -> u64 {
         match self {
             Meter::Host => memory::peak().unwrap_or(0),
             Meter::Device(gpu) => gpu.peak(),
@@ -684,21 +684,21 @@ impl Meter {
     }
 
     /// Memory that could still be taken, bytes.
-    fn available(&self) -> u64 {
+    pub(crate) fn available(&self) -> u64 {
         match self {
             Meter::Host => memory::available().unwrap_or(0),
             Meter::Device(gpu) => gpu.free(),
         }
     }
 
-    fn free_what(&self) -> &'static str {
+    pub(crate) fn free_what(&self) -> &'static str {
         match self {
             Meter::Host => "the memory available",
             Meter::Device(_) => "the GPU's free memory",
         }
     }
 
-    fn what(&self) -> &'static str {
+    pub(crate) fn what(&self) -> &'static str {
         match self {
             Meter::Host => "the process's resident memory (VmHWM)",
             Meter::Device(_) => "the GPU's memory in use (NVML)",

@@ -16,7 +16,8 @@ const FETCHES_IN_FLIGHT: usize = 16;
 
 /// One image named by a path, ready for the vision tower: a local file to read, an object's bytes, or why it
 /// could not be fetched.
-#[derive(Debug)]
+/// Cloning shares fetched bytes.
+#[derive(Debug, Clone)]
 pub enum Located {
     File(String),
     Fetched(bytes::Bytes),
