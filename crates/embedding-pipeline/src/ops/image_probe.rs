@@ -211,8 +211,6 @@ fn host_cost(
     sources: &[ImageSource<'_>],
     max_pixels: u64,
 ) -> Result<HostCost> {
-    // Once untimed (the files read into the page cache, the allocator warm), then measured.
-    let _ = vision.prepare_only(sources, max_pixels);
     let before = memory::resident().unwrap_or(0);
     memory::reset_peak();
     let (took, prepared) = vision.prepare_only(sources, max_pixels);
