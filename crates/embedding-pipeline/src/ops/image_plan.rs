@@ -303,8 +303,8 @@ async fn read_headers(
     Ok(read)
 }
 
-/// The header of one located image, and its file's size.
-fn header(located: &Located) -> std::result::Result<(Header, u64), ImageError> {
+/// The header of one located image, and its file's size (also what verify groups its image sample by).
+pub fn header(located: &Located) -> std::result::Result<(Header, u64), ImageError> {
     match located {
         Located::File(path) => {
             let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);

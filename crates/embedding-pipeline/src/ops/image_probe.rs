@@ -282,12 +282,7 @@ fn measure(
 
 /// Whether the last two steps both ran slower than the best before them (beyond noise).
 fn plateau(steps: &[ImageStep]) -> bool {
-    let n = steps.len();
-    if n < 3 {
-        return false;
-    }
-    let best = steps[..n - 2].iter().map(|s| s.images_per_second).fold(0.0, f64::max);
-    steps[n - 2..].iter().all(|s| s.images_per_second < best * (1.0 + SAME_SPEED))
+    super::probe::plateau_of(&steps.iter().map(|s| s.images_per_second).collect::<Vec<_>>())
 }
 
 /// The fastest step that fits; among steps within [`SAME_SPEED`] of it, the smallest.

@@ -526,12 +526,18 @@ fn measure(
 
 /// Whether the last two steps both ran slower than the best before them (beyond noise).
 fn plateau(steps: &[Step]) -> bool {
-    let n = steps.len();
+    plateau_of(&steps.iter().map(|s| s.useful_tokens_per_second).collect::<Vec<_>>())
+}
+
+/// Whether the last two of the steps' `rates` both ran slower than the best before them (beyond noise); shared
+/// with the image probe.
+pub(crate) fn plateau_of(rates: &[f64]) -> bool {
+    let n = rates.len();
     if n < 3 {
         return false;
     }
-    let best = steps[..n - 2].iter().map(|s| s.useful_tokens_per_second).fold(0.0, f64::max);
-    steps[n - 2..].iter().all(|s| s.useful_tokens_per_second < best * (1.0 + SAME_SPEED))
+    let best = rates[..n - 2].iter().copied().fold(0.0, f64::max);
+    rates[n - 2..].iter().all(|r| *r < best * (1.0 + SAME_SPEED))
 }
 
 /// The fastest step that fits; among steps within noise of it, the smallest (less memory for the same speed). The

@@ -814,11 +814,10 @@ async fn draw_images(candidates: Vec<Candidate>, image_base: &str) -> (Vec<Sampl
                 (content, _) => content,
             };
             let header = match &content {
-                Content::Image(Located::File(p)) => crate::model::image::header_of_file(Path::new(p)).ok(),
-                Content::Image(Located::Fetched(b)) => crate::model::image::header_of_bytes(b).ok(),
+                Content::Image(l) => super::image_plan::header(l).ok(),
                 _ => None,
             };
-            let stratum = header.map_or(MEGAPIXEL_BANDS.len(), |h| band_of(h.pixels()));
+            let stratum = header.map_or(MEGAPIXEL_BANDS.len(), |(h, _)| band_of(h.pixels()));
             members[stratum] += 1;
             (c.rank, SampleRow { id: c.id, content, stratum })
         })
