@@ -257,7 +257,8 @@ def trial(
     name: str | None = None,
 ) -> dict:
     """A short trial of the job file, as ``pipeline trial`` runs one (saved to ``save``, trial.json by
-    default, for ``pipeline cost``); returns its report. ``vars`` fill the job's ``${NAME}`` variables."""
+    default, for ``pipeline cost``); returns its report (an image write's has ``"kind": "images"``: images/s by
+    band of decoded size). ``vars`` fill the job's ``${NAME}`` variables."""
     save = None if save is None else os.fspath(save)
     return json.loads(_native.trial(os.fspath(job), _vars(vars), minutes, sample, save, reference, memory_budget, probe,
                                     name, _Show(False, False)))

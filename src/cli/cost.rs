@@ -42,8 +42,8 @@ pub fn run(args: CostArgs, printer: Printer) -> anyhow::Result<ExitStatus> {
 fn print_report(r: &CostReport, chart: Option<&Path>, printer: Printer) {
     out!(
         printer,
-        "cost of {} useful tokens{}",
-        r.useful_tokens,
+        "cost of {}{}",
+        r.work(),
         r.deadline_hours.map_or(String::new(), |d| format!(", deadline {}", hours_text(d)))
     );
     if r.placeholder_prices {
@@ -61,6 +61,10 @@ fn print_report(r: &CostReport, chart: Option<&Path>, printer: Printer) {
     }
     match &r.memory {
         Some(split) => super::probe::print_split(split, printer),
+        None if r.images.is_some() => out!(
+            printer,
+            "memory split: none for an image model (pipeline probe gives each embed.batch_images' peak memory)"
+        ),
         None => out!(
             printer,
             "memory split: no trial probed (a trial probes unless the job sets embed.batch_tokens or --no-probe is given)"
@@ -75,9 +79,9 @@ fn print_report(r: &CostReport, chart: Option<&Path>, printer: Printer) {
 /// right.
 fn table(r: &CostReport) -> Vec<String> {
     let c = &r.currency;
+    let per = if r.images.is_some() { format!("{c}/M images") } else { format!("{c}/M tokens") };
     let head =
-        ["device", "hours (range)", &format!("{c}/hour"), &format!("cost {c} (range)"), &format!("{c}/M tokens")]
-            .map(str::to_string);
+        ["device", "hours (range)", &format!("{c}/hour"), &format!("cost {c} (range)"), &per].map(str::to_string);
     let mut rows = vec![[head.to_vec(), vec!["vectors".into(), "deadline".into()]].concat()];
     for row in &r.rows {
         let money = |x: Option<f64>| x.map_or("-".to_string(), amount);
@@ -89,7 +93,7 @@ fn table(r: &CostReport) -> Vec<String> {
                 (Some(m), Some(l), Some(h)) => format!("{} ({}-{})", amount(m), amount(l), amount(h)),
                 _ => "no price".to_string(),
             },
-            money(row.per_million_tokens),
+            money(row.per_million_tokens.or(row.per_million_images)),
             match row.vectors_match {
                 Some(true) => "match",
                 Some(false) => "DIFFER",
@@ -139,6 +143,7 @@ mod tests {
             low_cost: cost.map(|c| c * 0.9),
             high_cost: cost.map(|c| c * 1.1),
             per_million_tokens: cost.map(|c| c / 1000.0),
+            per_million_images: None,
             vectors_match: Some(true),
             meets_deadline: None,
         }
@@ -151,6 +156,7 @@ mod tests {
             currency: "USD".into(),
             placeholder_prices: false,
             useful_tokens: 1000,
+            images: None,
             deadline_hours: None,
             rows: vec![
                 row("a6000-cloud-x", 123.456, Some(0.004213)),

@@ -8,7 +8,8 @@ use super::ExitStatus;
 use super::args::{JobVars, Runtime, at_least};
 use super::printer::{Printer, out};
 use embedding_pipeline::ops::cost::duration;
-use embedding_pipeline::ops::trial::{TrialReport, run_trial};
+use embedding_pipeline::ops::image_trial::ImageTrialReport;
+use embedding_pipeline::ops::trial::{Trial, TrialReport, run_trial};
 
 /// `pipeline trial`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -78,10 +79,10 @@ pub async fn run(args: TrialArgs, printer: Printer) -> anyhow::Result<ExitStatus
     args.runtime.apply();
     let trial = args.trial.args(args.file, &args.vars)?;
     let report = run_trial(&trial).await?;
-    if args.json {
-        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_report(&report, &trial.save, printer);
+    match &report {
+        _ if args.json => out!(printer, "{}", serde_json::to_string_pretty(&report)?),
+        Trial::Texts(r) => print_report(r, &trial.save, printer),
+        Trial::Images(r) => print_images(r, &trial.save, printer),
     }
     if let Some(why) = report.mismatch() {
         printer.error(&anyhow::anyhow!(why));
@@ -91,8 +92,8 @@ pub async fn run(args: TrialArgs, printer: Printer) -> anyhow::Result<ExitStatus
 }
 
 /// How busy the model was during the sample, and what that means for the prediction.
-fn print_host(r: &TrialReport, printer: Printer) {
-    let Some(h) = &r.host else { return };
+fn print_host(host: Option<&embedding_pipeline::campaign::metrics::HostShare>, printer: Printer) {
+    let Some(h) = host else { return };
     out!(printer, "  while the sample was embedded: {}", h.describe());
     if h.cores_to_keep_busy.is_some() {
         out!(
@@ -173,7 +174,7 @@ fn print_report(r: &TrialReport, save: &Path, printer: Printer) {
         p.startup_seconds,
         p.finish_seconds
     );
-    print_host(r, printer);
+    print_host(r.host.as_ref(), printer);
     if let Some(t) = r.plan_seconds {
         out!(printer, "  a run without a plan also counts the corpus first: planning took {t:.1} s here");
     }
@@ -181,7 +182,13 @@ fn print_report(r: &TrialReport, save: &Path, printer: Printer) {
     for line in &s.set {
         out!(printer, "    {line}");
     }
-    if let Some(c) = &r.comparison {
+    print_comparison(r.comparison.as_ref(), printer);
+    out!(printer, "saved {} (vectors: {})", save.display(), r.vectors);
+}
+
+/// The sample's vectors against the reference's, when one was given.
+fn print_comparison(c: Option<&embedding_pipeline::ops::trial::Comparison>, printer: Printer) {
+    if let Some(c) = c {
         let f = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.6}"));
         out!(
             printer,
@@ -194,5 +201,102 @@ fn print_report(r: &TrialReport, save: &Path, printer: Printer) {
             if c.passed { "the vectors match".to_string() } else { format!("NO MATCH ({})", c.failures.join("; ")) }
         );
     }
+}
+
+/// The bands: each one's images in the corpus and the sample, timed calls, rate and predicted time.
+fn print_bands(r: &ImageTrialReport, printer: Printer) {
+    out!(
+        printer,
+        "  {:<24} {:>13} {:>13} {:>6} {:>9} {:>11}",
+        "band",
+        "corpus images",
+        "sample images",
+        "calls",
+        "images/s",
+        "predicted"
+    );
+    for b in &r.bands {
+        out!(
+            printer,
+            "  {:<24} {:>13} {:>13} {:>6} {:>9.1} {:>11}{}",
+            b.band,
+            b.corpus_images,
+            b.sample_images,
+            b.timed_calls,
+            b.images_per_second,
+            duration(b.predicted_seconds),
+            b.rate_from_band.as_ref().map_or(String::new(), |from| format!("  (the rate of {from})"))
+        );
+    }
+}
+
+/// An image write's trial: the corpus and sample by band, each band's rate, the prediction.
+fn print_images(r: &ImageTrialReport, save: &Path, printer: Printer) {
+    out!(printer, "trial of {} (images) on {}", r.job, r.device);
+    let s = &r.settings;
+    out!(printer, "  settings (from {}): embed.batch_images = {}", s.from, s.batch_images);
+    if let Some(p) = &r.probe {
+        out!(printer, "  probe: {} steps, {}", p.steps.len(), p.stopped);
+    }
+    out!(printer, "  plan: {}", r.plan_from);
+    let c = &r.corpus;
+    out!(
+        printer,
+        "  corpus: {} rows, {} images ({:.1} megapixels, {:.1} MB), {} NULL, {} bad (not priced)",
+        c.rows,
+        c.images,
+        c.megapixels,
+        c.bytes as f64 / 1e6,
+        c.null_images,
+        c.bad
+    );
+    let w = &r.warm_up;
+    out!(
+        printer,
+        "  warm-up: {} images, {:.1} images/s; model {:.1} ms per image, host {:.1} ms per megapixel",
+        w.images,
+        w.images_per_second,
+        w.model_seconds_per_image * 1e3,
+        w.host_seconds_per_megapixel * 1e3
+    );
+    let m = &r.sample;
+    out!(
+        printer,
+        "  sample: {} images ({:.1}% of the corpus's, {:.1} megapixels; every image whose id hashes to a multiple of {}, \
+         and {} of the largest), for {}",
+        m.images,
+        100.0 * m.share_of_images,
+        m.megapixels,
+        m.step,
+        m.largest_added,
+        m.chosen_by
+    );
+    print_bands(r, printer);
+    let p = &r.prediction;
+    out!(
+        printer,
+        "predicted for the whole corpus from its plan: {} ({} to {}), {:.1} images/s",
+        duration(p.seconds),
+        duration(p.low_seconds),
+        duration(p.high_seconds),
+        p.images_per_second
+    );
+    out!(
+        printer,
+        "  of which model load {:.1} s, start {:.1} s, finish {:.1} s; the range is two standard errors of each \
+         band's rate, not the machine's drift",
+        p.model_load_seconds,
+        p.startup_seconds,
+        p.finish_seconds
+    );
+    print_host(r.host.as_ref(), printer);
+    if let Some(t) = r.plan_seconds {
+        out!(printer, "  the trial read every image's header first: {t:.1} s here (pipeline plan does it beforehand)");
+    }
+    out!(printer, "  run the campaign with:");
+    for line in &s.set {
+        out!(printer, "    {line}");
+    }
+    print_comparison(r.comparison.as_ref(), printer);
     out!(printer, "saved {} (vectors: {})", save.display(), r.vectors);
 }

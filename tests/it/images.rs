@@ -217,10 +217,7 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     assert!(probe["steps"].as_array().unwrap().len() >= 2, "{probe}");
     let set = probe["recommended"]["set"][0].as_str().unwrap();
     assert!(set.starts_with("SET embed.batch_images = "), "{probe}");
-    // What is not built yet for images is refused by name: a trial.
-    let o = pipeline(&["trial", "job.sql"], dir);
-    let (_, err) = text(&o);
-    assert!(!o.status.success() && err.contains("pipeline trial does not measure image writes yet"), "{err}");
+    trial_and_cost(dir, &reference).await;
     // verify --job: the ids against the folder, and a sample (here every image) embedded again from its path,
     // grouped by decoded size as the headers say.
     let o = pipeline(&["verify", "folder.lance", "--job", "job.sql", "--json"], dir);
@@ -238,9 +235,10 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
         .collect();
     assert_eq!(bands, ["under 0.25 megapixels", "0.25-1 megapixels", "1-4 megapixels"], "{sample}");
     // The campaign's page counts images, not tokens.
-    let o = pipeline(&["report", "folder.lance", "-o", "folder.html"], dir);
+    let o = pipeline(&["report", "folder.lance", "-o", "folder.html", "--trial", "t/a.json"], dir);
     assert!(o.status.success(), "{:?}", text(&o));
     let page = std::fs::read_to_string(dir.join("folder.html")).unwrap();
+    assert!(page.contains("<th>images/s</th>") && page.contains("<th>per million images</th>"), "the trial");
     let said = format!("<th>images embedded</th><td>{} (0 bad ones skipped), ", reference.len());
     assert!(page.contains(&said) && page.contains("Images per second, per commit"), "{page}");
     assert!(page.contains("Images per band of decoded size"), "the plan's images on the page");
@@ -387,4 +385,79 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
     let o = pipeline(&["run", "-q", "text.sql"], dir);
     let (_, err) = text(&o);
     assert!(!o.status.success() && err.contains("embed_image() needs an image-text model"), "{err}");
+}
+
+/// `pipeline trial` of the folder's job (planned): a sample band by band through the write path, each band's
+/// images/s extrapolated to its images in the corpus; a smaller trial's images are among the larger's and its vectors
+/// match them; `pipeline cost` prices images; a window over the rows; a trial again replaces its vectors; without a
+/// plan it makes one.
+async fn trial_and_cost(dir: &Path, reference: &HashMap<String, Vec<f32>>) {
+    let o =
+        pipeline(&["trial", "job.sql", "--sample", "8", "--save", "t/a.json", "--name", "cpu-a", "--no-probe"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("trial of job.sql (images)") && out.contains("plan: the plan "), "{out}");
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("t/a.json")).unwrap()).unwrap();
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    assert_eq!((&a["kind"], n(&a["corpus"]["images"])), (&"images".into(), reference.len() as u64), "{a}");
+    let bands = a["bands"].as_array().unwrap();
+    assert_eq!(bands.iter().map(|b| n(&b["corpus_images"])).sum::<u64>(), reference.len() as u64, "{a}");
+    let sampled: u64 = bands.iter().map(|b| n(&b["sample_images"])).sum();
+    assert_eq!(sampled, n(&a["sample"]["images"]), "{a}");
+    // The 8 largest always, and about half of the rest at the nearest step to 8 of 19.
+    assert!(n(&a["sample"]["step"]) == 2 && sampled >= 8 && sampled < reference.len() as u64, "{a}");
+    for b in bands.iter().filter(|b| n(&b["corpus_images"]) > 0) {
+        assert!(f(&b["images_per_second"]) > 0.0 && f(&b["predicted_seconds"]) > 0.0, "{b}");
+        assert!(n(&b["timed_images"]) == n(&b["sample_images"]) || b["rate_from_band"].is_string(), "{b}");
+    }
+    let p = &a["prediction"];
+    let parts = ["model_load_seconds", "startup_seconds", "finish_seconds", "embedding_seconds"];
+    assert!((f(&p["seconds"]) - parts.iter().map(|k| f(&p[k])).sum::<f64>()).abs() < 1e-6, "{p}");
+    assert!(f(&p["low_seconds"]) <= f(&p["seconds"]) && f(&p["seconds"]) <= f(&p["high_seconds"]), "{p}");
+    // The sample's vectors, each its image's.
+    let vectors = written(dir, "t/a.lance").await;
+    assert_eq!(vectors.len() as u64, sampled);
+    for (id, v) in &vectors {
+        assert!(cosine(v, &reference[id]) >= 0.9999, "{id}");
+    }
+
+    // A smaller trial, against the first's vectors: its images are among them, the same vectors.
+    let o = pipeline(&["trial", "job.sql", "--sample", "2", "--save", "t/b.json", "--reference", "t/a.lance"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("the vectors match"), "{out}{err}");
+    assert!(out.contains("settings (from the probe): embed.batch_images = "), "{out}");
+    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("t/b.json")).unwrap()).unwrap();
+    assert!(n(&b["sample"]["step"]) > 2 && n(&b["comparison"]["matched"]) == n(&b["sample"]["images"]), "{b}");
+
+    // Priced per million images.
+    std::fs::write(dir.join("prices.toml"), "[per_hour]\n\"cpu-a\" = 1.0\ncpu = 2.0\n").unwrap();
+    let o = pipeline(&["cost", "t/a.json", "t/b.json", "--prices", "prices.toml"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains(&format!("cost of {} images", reference.len())) && out.contains("USD/M images"), "{out}");
+    let o = pipeline(&["cost", "t/a.json", "--prices", "prices.toml", "--json"], dir);
+    let cost: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    let row = &cost["rows"][0];
+    let want = f(&row["cost"]) / (reference.len() as f64 / 1e6);
+    assert!((f(&row["per_million_images"]) - want).abs() < 1e-9 * want.max(1.0), "{cost}");
+    assert_eq!((&cost["images"], &row["per_million_tokens"]), (&reference.len().into(), &serde_json::Value::Null));
+
+    // A shape users write: a window over the rows; the sample's ids are kept under the window, before embed_image().
+    let window = "SET embed.model = 'model';\nCOPY (SELECT id, embed_image(path, id) AS embedding, row_number() OVER \
+                  (ORDER BY id) AS n FROM image_files('corpus/images')) TO 'w.lance' STORED AS LANCE;\n";
+    std::fs::write(dir.join("window.sql"), window).unwrap();
+    let o = pipeline(&["trial", "window.sql", "--sample", "2", "--save", "t/w.json", "--no-probe"], dir);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let w: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("t/w.json")).unwrap()).unwrap();
+    assert_eq!(written(dir, "t/w.lance").await.len() as u64, n(&w["sample"]["images"]), "{w}");
+
+    // Again into the same file: its vectors are replaced, not added to; without a plan, the trial makes one.
+    std::fs::rename(dir.join("folder.lance.plan"), dir.join("plan.kept")).unwrap();
+    let o = pipeline(&["trial", "job.sql", "--sample", "8", "--save", "t/a.json", "--no-probe"], dir);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("plan: a plan made now (no plan beside the output)"), "{out}{err}");
+    assert_eq!(written(dir, "t/a.lance").await.len() as u64, sampled);
+    assert!(!dir.join("folder.lance.plan").exists(), "the trial keeps its plan to itself");
+    std::fs::rename(dir.join("plan.kept"), dir.join("folder.lance.plan")).unwrap();
 }

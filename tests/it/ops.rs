@@ -287,7 +287,7 @@ async fn a_job_is_probed_through_the_library_into_a_typed_report() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trial_costed_and_a_lineage_read_through_the_library() {
     use embedding_pipeline::ops::cost::cost_trials;
-    use embedding_pipeline::ops::trial::{TrialOptions, TrialReport, run_trial};
+    use embedding_pipeline::ops::trial::{Trial, TrialOptions, TrialReport, run_trial};
     let (tmp, file) = job_folder(60);
     let dir = tmp.path();
 
@@ -305,6 +305,8 @@ async fn a_trial_costed_and_a_lineage_read_through_the_library() {
         name: Some("this-cpu".into()),
     };
     let trial = run_trial(&args).await.unwrap();
+    assert_eq!(trial.mismatch(), None);
+    let Trial::Texts(trial) = trial else { panic!("a text write's trial") };
     assert_eq!(trial.name, "this-cpu");
     assert!(trial.plan_from.starts_with("a plan made now"), "{}", trial.plan_from);
     assert_eq!((trial.corpus.rows, trial.corpus.documents), (60, 59));

@@ -119,8 +119,40 @@ pub struct RunMetrics {
     write_digests: Mutex<std::collections::HashMap<String, String>>,
     /// Nanoseconds the ordering stage spent tokenising that no embedded batch has been charged with yet.
     tokenizing: std::sync::atomic::AtomicU64,
-    /// When kept (a trial): the moment each embedded batch was sent on, and the useful tokens sent so far.
-    timeline: Mutex<Option<Vec<(std::time::Instant, u64)>>>,
+    /// When kept (a trial): see [`Timeline`].
+    timeline: Mutex<Option<Timeline>>,
+}
+
+/// A write's embedded batches, as a trial times them: when its first model call began, and the moment each
+/// batch was sent on with the useful tokens and images sent so far.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    pub first_call: Option<std::time::Instant>,
+    pub points: Vec<TimelinePoint>,
+}
+
+/// One embedded batch sent on: when, and the useful tokens and images embedded so far.
+#[derive(Debug, Clone, Copy)]
+pub struct TimelinePoint {
+    pub at: std::time::Instant,
+    pub tokens: u64,
+    pub images: u64,
+}
+
+impl Timeline {
+    /// A batch sent on; one that embedded nothing (an image write's rows pass the text path's counters too) is no
+    /// point of the timeline.
+    fn add(&mut self, tokens: u64, images: u64) {
+        if tokens == 0 && images == 0 {
+            return;
+        }
+        let last = self.points.last().map_or((0, 0), |p| (p.tokens, p.images));
+        self.points.push(TimelinePoint {
+            at: std::time::Instant::now(),
+            tokens: last.0 + tokens,
+            images: last.1 + images,
+        });
+    }
 }
 
 /// Held by a live embedding stream; see [`RunMetrics::embedding_started`].
@@ -212,7 +244,19 @@ impl RunMetrics {
 
     /// Note that a model call begins (only the first is kept).
     pub fn record_call_started(&self) {
-        let _ = self.first_call.set(std::time::Instant::now());
+        let now = std::time::Instant::now();
+        let _ = self.first_call.set(now);
+        if let Some(timeline) = self.timeline.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            timeline.first_call.get_or_insert(now);
+        }
+    }
+
+    /// Note, on a kept timeline, a call of `embed_image` done with `images` embedded (text batches are noted as
+    /// they are sent on, by [`Self::send_embedded`]).
+    pub fn record_images_done(&self, images: u64) {
+        if let Some(timeline) = self.timeline.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            timeline.add(0, images);
+        }
     }
 
     /// When the session's first model call began, once one has.
@@ -279,8 +323,7 @@ impl RunMetrics {
             self.embed.lock().unwrap_or_else(|e| e.into_inner()).tokenize_time += tokenizing;
         }
         if let Some(timeline) = self.timeline.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            let so_far = timeline.last().map_or(0, |(_, tokens)| *tokens) + stats.useful_tokens;
-            timeline.push((std::time::Instant::now(), so_far));
+            timeline.add(stats.useful_tokens, 0);
         }
         self.in_transit.lock().unwrap_or_else(|e| e.into_inner()).push_back((rows, stats));
     }
@@ -316,12 +359,11 @@ impl RunMetrics {
 
     /// Keep a timeline of the embedded batches from now on (see [`Self::take_timeline`]).
     pub fn keep_timeline(&self) {
-        *self.timeline.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+        *self.timeline.lock().unwrap_or_else(|e| e.into_inner()) = Some(Timeline::default());
     }
 
-    /// The timeline kept since [`Self::keep_timeline`]: when each embedded batch was sent on, and the
-    /// useful tokens sent so far; keeping stops.
-    pub fn take_timeline(&self) -> Vec<(std::time::Instant, u64)> {
+    /// The timeline kept since [`Self::keep_timeline`]; keeping stops.
+    pub fn take_timeline(&self) -> Timeline {
         self.timeline.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default()
     }
 

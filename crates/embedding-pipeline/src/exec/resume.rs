@@ -168,7 +168,7 @@ pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<W
     };
     let id = Expr::Column(Column::new(qualifier.cloned(), column));
     let chosen_by = volatile_choice(&input);
-    let skip = Skip { uri, column, chosen_by: chosen_by.clone() };
+    let skip = Skip { uri, column, chosen_by: chosen_by.clone(), keep: None };
     match skip.push(input.clone(), id.clone())? {
         Pushed::Done(plan) => Ok(WithoutDone { plan: *plan, after_embed: None, chosen_by }),
         Pushed::Stopped(why) => {
@@ -177,6 +177,28 @@ pub fn without_done_ids(input: LogicalPlan, uri: &str, column: &str) -> Result<W
         }
     }
 }
+
+/// A write's input keeping only the rows whose output id, as text, is among `ids` (a plan of one text column named
+/// `column`, under the name [`SAMPLE_IDS`]), dropped before `embed()` runs as [`without_done_ids`] drops done ones: a trial's sample
+/// of a write it has no work list for. `Err(why)` where they could only be dropped after `embed()`.
+pub fn only_ids(
+    input: LogicalPlan,
+    ids: LogicalPlan,
+    column: &str,
+) -> Result<std::result::Result<LogicalPlan, String>> {
+    let Some((qualifier, _)) = input.schema().iter().find(|(_, f)| f.name() == column) else {
+        return Ok(Err(format!("its output has no id column {column}")));
+    };
+    let id = Expr::Column(Column::new(qualifier.cloned(), column));
+    let skip = Skip { uri: "", column, chosen_by: None, keep: Some(ids) };
+    Ok(match skip.push(input, id)? {
+        Pushed::Done(plan) => Ok(*plan),
+        Pushed::Stopped(why) => Err(why),
+    })
+}
+
+/// The name of the table of ids [`only_ids`] keeps.
+pub const SAMPLE_IDS: &str = "__sample_ids";
 
 /// Why a write cannot execute a plan of `pipeline plan`, whose work list holds the rows of one `embed()` call
 /// keyed by the id column of that call's input: `None` when it can (one `embed()` call, and the output's id is
@@ -225,6 +247,8 @@ struct Skip<'a> {
     column: &'a str,
     /// What chooses the write's rows anew on every run, if anything (see [`volatile_choice`]).
     chosen_by: Option<String>,
+    /// The ids to keep instead (see [`only_ids`]): the rows are then joined with them, not with the done ones.
+    keep: Option<LogicalPlan>,
 }
 
 impl Skip<'_> {
@@ -311,6 +335,14 @@ impl Skip<'_> {
     /// rows reach `embed()` as they are read.
     fn anti_join(&self, input: LogicalPlan, id: Expr, after_embed: Option<String>) -> Result<LogicalPlan> {
         use datafusion::logical_expr::ExprSchemable;
+        if let Some(keep) = &self.keep {
+            // The ids as text on both sides, as the trial read them: one key type whatever the id's.
+            let kept = Expr::Column(Column::new(Some(SAMPLE_IDS), self.column));
+            let id = datafusion::logical_expr::cast(id, datafusion::arrow::datatypes::DataType::Utf8);
+            return LogicalPlanBuilder::from(keep.clone())
+                .join_with_expr_keys(input, JoinType::RightSemi, (vec![kept], vec![id]), None)?
+                .build();
+        }
         let id_type = id.get_type(input.schema())?;
         let ids = ExistingIds::new(self.uri, self.column, id_type)
             .after_embed(after_embed)

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
 
-use super::trial::TrialReport;
+use super::trial::Trial;
 use crate::error::{Error, Result};
 
 /// A prices file, as `examples/prices.toml`.
@@ -79,7 +79,10 @@ pub struct CostRow {
     pub cost: Option<f64>,
     pub low_cost: Option<f64>,
     pub high_cost: Option<f64>,
+    /// The price of a million useful tokens (a text campaign's trials) or images (an image campaign's).
     pub per_million_tokens: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_million_images: Option<f64>,
     /// `None` when the trial was not compared with a reference.
     pub vectors_match: Option<bool>,
     /// Whether even the range's high end is within the deadline; `None` without a deadline.
@@ -104,6 +107,7 @@ impl CostRow {
             low_cost: cost.map(|c| c * 0.9),
             high_cost: cost.map(|c| c * 1.1),
             per_million_tokens: cost.map(|c| c / 1000.0),
+            per_million_images: None,
             vectors_match: Some(true),
             meets_deadline: None,
         }
@@ -115,7 +119,10 @@ impl CostRow {
 pub struct CostReport {
     pub currency: String,
     pub placeholder_prices: bool,
+    /// The corpus's useful tokens (a text campaign's trials; 0 for images) and images (an image campaign's).
     pub useful_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<u64>,
     pub deadline_hours: Option<f64>,
     pub rows: Vec<CostRow>,
     /// The chosen row's name, and why (or why none).
@@ -128,62 +135,74 @@ pub struct CostReport {
 }
 
 /// The cost of each trial, and the cheapest that meets the deadline with matching vectors.
-pub fn cost(
-    trials: &[(String, TrialReport)],
-    prices: Option<&Prices>,
-    deadline_hours: Option<f64>,
-) -> Result<CostReport> {
+pub fn cost(trials: &[(String, Trial)], prices: Option<&Prices>, deadline_hours: Option<f64>) -> Result<CostReport> {
     let Some((first_path, first)) = trials.first() else {
         return Err(Error::Refused("no trial to price: name one or more trial.json files".into()));
     };
+    let work = first.work();
     for (path, t) in trials {
-        if t.corpus.useful_tokens != first.corpus.useful_tokens || t.corpus.rows != first.corpus.rows {
+        let w = t.work();
+        if w != work {
             return Err(Error::Refused(format!(
-                "{path} is a trial of another corpus ({} rows, {} useful tokens) than {first_path} ({} rows, {} useful \
-                 tokens); cost compares trials of one campaign",
-                t.corpus.rows, t.corpus.useful_tokens, first.corpus.rows, first.corpus.useful_tokens
+                "{path} is a trial of another corpus ({} rows, {} {}) than {first_path} ({} rows, {} {}); cost \
+                 compares trials of one campaign",
+                w.rows, w.amount, w.unit, work.rows, work.amount, work.unit
             )));
         }
     }
-    let tokens = first.corpus.useful_tokens;
     let rows: Vec<CostRow> = trials
         .iter()
         .map(|(path, t)| {
-            let p = &t.prediction;
+            let (seconds, low, high) = t.seconds();
             let hours = |s: f64| s / 3600.0;
-            let priced = prices.and_then(|prices| prices.for_trial(&t.name, &t.device.device));
+            let priced = prices.and_then(|prices| prices.for_trial(t.name(), &t.device().device));
             let per_hour = priced.map(|(_, p)| p);
-            let cost = per_hour.map(|r| r * hours(p.seconds));
+            let cost = per_hour.map(|r| r * hours(seconds));
+            let per_million = cost.filter(|_| work.amount > 0).map(|c| c / (work.amount as f64 / 1e6));
+            let images = work.unit == "images";
             CostRow {
-                name: t.name.clone(),
-                device: t.device.device.clone(),
+                name: t.name().to_string(),
+                device: t.device().device.clone(),
                 trial: path.clone(),
-                hours: hours(p.seconds),
-                low_hours: hours(p.low_seconds),
-                high_hours: hours(p.high_seconds),
+                hours: hours(seconds),
+                low_hours: hours(low),
+                high_hours: hours(high),
                 priced_as: priced.map(|(k, _)| k.to_string()),
                 per_hour,
                 cost,
-                low_cost: per_hour.map(|r| r * hours(p.low_seconds)),
-                high_cost: per_hour.map(|r| r * hours(p.high_seconds)),
-                per_million_tokens: cost.filter(|_| tokens > 0).map(|c| c / (tokens as f64 / 1e6)),
-                vectors_match: t.comparison.as_ref().map(|c| c.passed),
-                meets_deadline: deadline_hours.map(|d| hours(p.high_seconds) <= d),
+                low_cost: per_hour.map(|r| r * hours(low)),
+                high_cost: per_hour.map(|r| r * hours(high)),
+                per_million_tokens: per_million.filter(|_| !images),
+                per_million_images: per_million.filter(|_| images),
+                vectors_match: t.comparison().map(|c| c.passed),
+                meets_deadline: deadline_hours.map(|d| hours(high) <= d),
             }
         })
         .collect();
     let (choice, why) = choose(&rows, deadline_hours);
-    let memory = trials.iter().find_map(|(_, t)| t.probe.as_ref().and_then(|p| p.split.clone()));
+    let memory = trials.iter().find_map(|(_, t)| t.memory_split().cloned());
+    let images = work.unit == "images";
     Ok(CostReport {
         memory,
         currency: prices.map_or_else(dollars, |p| p.currency.clone()),
         placeholder_prices: prices.is_some_and(|p| p.placeholder),
-        useful_tokens: tokens,
+        useful_tokens: if images { 0 } else { work.amount },
+        images: images.then_some(work.amount),
         deadline_hours,
         rows,
         choice,
         why,
     })
+}
+
+impl CostReport {
+    /// What the corpus holds, in words (`1200 useful tokens`, `19 images`).
+    pub fn work(&self) -> String {
+        match self.images {
+            Some(n) => format!("{n} images"),
+            None => format!("{} useful tokens", self.useful_tokens),
+        }
+    }
 }
 
 /// The cheapest row whose vectors did not fail to match and that meets the deadline; the fastest among
@@ -262,8 +281,7 @@ pub fn cost_trials(
     chart: Option<&Path>,
 ) -> Result<CostReport> {
     let prices = prices.map(Prices::read).transpose()?;
-    let trials =
-        files.iter().map(|f| Ok((f.display().to_string(), TrialReport::read(f)?))).collect::<Result<Vec<_>>>()?;
+    let trials = files.iter().map(|f| Ok((f.display().to_string(), Trial::read(f)?))).collect::<Result<Vec<_>>>()?;
     let report = cost(&trials, prices.as_ref(), deadline)?;
     if let Some(path) = chart {
         cost_svg(path, &report).map_err(Error::Refused)?;
@@ -289,8 +307,8 @@ pub fn cost_svg(path: &Path, r: &CostReport) -> Result<(), String> {
     let root = SVGBackend::new(path, (220 + 160 * n as u32, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let caption = format!(
-        "Predicted hours for {} useful tokens{}{}",
-        r.useful_tokens,
+        "Predicted hours for {}{}{}",
+        r.work(),
         if r.placeholder_prices { " (placeholder prices)" } else { "" },
         match r.deadline_hours {
             Some(d) if deadline.is_none() => format!("; deadline {}, far above every bar", hours_text(d)),
@@ -430,6 +448,7 @@ mod tests {
             currency: "USD".into(),
             placeholder_prices: true,
             useful_tokens: 1000,
+            images: None,
             deadline_hours: Some(24.0),
             rows: vec![
                 row("cpu-1t", 10.0, Some(1.0), Some(true), Some(true)),

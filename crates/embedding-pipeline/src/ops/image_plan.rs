@@ -263,6 +263,16 @@ async fn headers(
     read_headers(&locate_column(column, image_base).await?).await
 }
 
+/// The images of some `rows` of a column, located as [`locate_column`] does: only those rows' objects fetched.
+pub(crate) async fn locate_rows(column: &ArrayRef, rows: &[u32], image_base: &str) -> Result<Vec<Option<Located>>> {
+    let taken = datafusion::arrow::compute::take(
+        column.as_ref(),
+        &datafusion::arrow::array::UInt32Array::from(rows.to_vec()),
+        None,
+    )?;
+    locate_column(&taken, image_base).await
+}
+
 /// A column's images: its bytes, or its paths located against `image_base` (objects fetched).
 async fn locate_column(column: &ArrayRef, image_base: &str) -> Result<Vec<Option<Located>>> {
     Ok(match column.data_type() {
@@ -284,7 +294,7 @@ async fn locate_column(column: &ArrayRef, image_base: &str) -> Result<Vec<Option
 }
 
 /// The headers and file sizes of located images, read over the machine's cores.
-async fn read_headers(
+pub(crate) async fn read_headers(
     located: &[Option<Located>],
 ) -> Result<Vec<Option<std::result::Result<(Header, u64), ImageError>>>> {
     let located = located.to_vec();

@@ -18,9 +18,11 @@ use super::plan::{JobWrites, embedded_input, load_job};
 use super::probe::{MARGIN, MIN_TIMED_SECONDS, Meter, SAME_SPEED};
 use crate::campaign::DeviceInfo;
 use crate::error::{Error, Result};
+use crate::lance::target::WriteTarget;
 use crate::model::vision::{EmbedImageError, ImageSource, VisionEmbedder};
 use crate::options::EmbedOptions;
 use crate::process::memory::{self, mib};
+use crate::session::EmbedSession;
 use crate::udf::image_source::Located;
 
 /// The largest images a probe decodes and embeds.
@@ -112,25 +114,26 @@ pub async fn probe_image_job(
     let Some((stmt, _, target)) = writes.next().await? else {
         return Err(Error::Refused(format!("{} writes nothing into Lance: nothing to probe", file.display())));
     };
+    probe_write(&session, &target, budget).await.map_err(|e| writes.fail(stmt, &e.chain_text()))
+}
+
+/// Probe the image write into `target` (also what `pipeline trial` of an image write does first).
+pub(crate) async fn probe_write(
+    session: &EmbedSession,
+    target: &WriteTarget,
+    budget: Option<u64>,
+) -> Result<ImageProbeReport> {
     let options = EmbedOptions::from_config(session.context().state().config_options());
-    let largest = async {
-        let inputs = embedded_input(&target.input, &options.id_column).ok_or_else(|| {
-            Error::Refused(format!(
-                "the write into {} is not one SELECT with embed_image() in its columns, so its images cannot be read \
-                 to probe with",
-                target.uri
-            ))
-        })?;
-        largest_images(&session, inputs, &options, PROBE_IMAGES).await
-    }
-    .await
-    .map_err(|e| writes.fail(stmt, &e.chain_text()))?;
-    if largest.is_empty() {
-        return Err(Error::Refused(format!(
-            "{}: the write into {} has no image that reads to probe with",
-            file.display(),
+    let inputs = embedded_input(&target.input, &options.id_column).ok_or_else(|| {
+        Error::Refused(format!(
+            "the write into {} is not one SELECT with embed_image() in its columns, so its images cannot be read \
+             to probe with",
             target.uri
-        )));
+        ))
+    })?;
+    let largest = largest_images(session, inputs, &options, PROBE_IMAGES).await?;
+    if largest.is_empty() {
+        return Err(Error::Refused(format!("the write into {} has no image that reads to probe with", target.uri)));
     }
     tokio::task::spawn_blocking(move || probe_images(&options, largest, budget))
         .await

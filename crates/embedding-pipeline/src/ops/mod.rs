@@ -10,7 +10,8 @@
 //! - [`probe`]: the batch setting this machine's device affords ([`probe::probe_job`] → [`probe::ProbeReport`]);
 //!   for an image write, on its largest images ([`image_probe::probe_image_job`] → [`image_probe::ImageProbeReport`]);
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
-//!   [`trial::TrialReport`], saved as `trial.json`);
+//!   [`trial::Trial`], saved as `trial.json`): of a text write ([`trial::TrialReport`]) or of an image write
+//!   ([`image_trial::ImageTrialReport`]);
 //! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
 //! - [`devices`]: what this machine can run on, and the versions it is built with ([`devices::devices`]);
 //! - [`lineage`]: how a version's vectors were made, each link re-checked on request ([`lineage::report`] →
@@ -44,6 +45,7 @@ pub mod evaluate;
 pub mod histogram;
 pub mod image_plan;
 pub mod image_probe;
+pub mod image_trial;
 pub mod inspect;
 pub mod json_lines;
 pub mod lineage;

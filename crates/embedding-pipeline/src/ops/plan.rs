@@ -521,8 +521,7 @@ pub async fn counting_input(
     })?;
     found.ok_or_else(|| match calls_embed_image(write) {
         true => Error::Refused(format!(
-            "the write into {} embeds images (embed_image): pipeline trial does not measure image writes yet \
-             (pipeline plan and pipeline probe do); run the job with pipeline run",
+            "the write into {} embeds images (embed_image): it has no texts to count or order",
             target.uri
         )),
         false => Error::Refused(format!("the write into {} has no embed(text) to order", target.uri)),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use super::cost::{CostReport, Prices, amount, cost};
-use super::trial::TrialReport;
+use super::trial::Trial;
 use super::verify::{VerifyReport, last_verify};
 use crate::campaign::work_plan::{PLAN_FILE, WorkPlan};
 use crate::campaign::{Fingerprint, RunRecord};
@@ -54,8 +54,7 @@ pub async fn report(location: &str, trials: &[PathBuf], prices: Option<&Path>) -
         commits.push(Commit { version: v, timestamp, run, other });
     }
     let plan = plan_of(&uri, &commits);
-    let trials =
-        trials.iter().map(|f| Ok((f.display().to_string(), TrialReport::read(f)?))).collect::<Result<Vec<_>>>()?;
+    let trials = trials.iter().map(|f| Ok((f.display().to_string(), Trial::read(f)?))).collect::<Result<Vec<_>>>()?;
     let prices = prices.map(Prices::read).transpose()?;
     let costs = if trials.is_empty() { None } else { Some(cost(&trials, prices.as_ref(), None)?) };
     let lineage = crate::ops::lineage::report(location, false).await?;
@@ -471,28 +470,35 @@ fn bars(title: &str, labels: &[String], values: &[f64], unit: &str) -> Result<St
 /// The bars' colour.
 const BAR: RGBColor = RGBColor(70, 110, 180);
 
-fn trials_section(page: &mut String, trials: &[(String, TrialReport)], costs: Option<&CostReport>) {
-    if trials.is_empty() {
-        return;
-    }
-    *page += "<h2>Trials and costs</h2><table><tr><th>trial</th><th>device</th><th>useful tokens/s</th>\
-              <th>predicted hours (range)</th><th>cost</th><th>per million useful tokens</th><th>vectors match</th></tr>";
+fn trials_section(page: &mut String, trials: &[(String, Trial)], costs: Option<&CostReport>) {
+    let Some((_, first)) = trials.first() else { return };
+    let unit = first.work().unit;
+    let _ = write!(
+        page,
+        "<h2>Trials and costs</h2><table><tr><th>trial</th><th>device</th><th>{unit}/s</th>\
+         <th>predicted hours (range)</th><th>cost</th><th>per million {unit}</th><th>vectors match</th></tr>"
+    );
     for (i, (_, t)) in trials.iter().enumerate() {
         let row = costs.and_then(|c| c.rows.get(i));
         let money = |x: Option<f64>| x.map_or("unpriced".into(), amount);
+        let (seconds, low, high) = t.seconds();
+        let rate = match t {
+            Trial::Texts(_) => thousands(t.rate() as u64),
+            Trial::Images(_) => format!("{:.1}", t.rate()),
+        };
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{} ({}–{})</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td>{}</td></tr>",
-            esc(&t.name),
-            esc(&format!("{} ({})", t.device.device, t.device.provider)),
-            thousands(t.prediction.useful_tokens_per_second as u64),
-            amount(t.prediction.seconds / 3600.0),
-            amount(t.prediction.low_seconds / 3600.0),
-            amount(t.prediction.high_seconds / 3600.0),
+            esc(t.name()),
+            esc(&format!("{} ({})", t.device().device, t.device().provider)),
+            rate,
+            amount(seconds / 3600.0),
+            amount(low / 3600.0),
+            amount(high / 3600.0),
             money(row.and_then(|r| r.cost)),
-            row.and_then(|r| r.per_million_tokens).map_or("unpriced".into(), amount),
-            match t.comparison.as_ref() {
+            row.and_then(|r| r.per_million_tokens.or(r.per_million_images)).map_or("unpriced".into(), amount),
+            match t.comparison() {
                 Some(c) if c.passed => "yes".to_string(),
                 Some(_) => "<span class=\"bad\">NO</span>".to_string(),
                 None => "not compared".to_string(),

@@ -25,6 +25,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use super::image_trial::ImageTrialReport;
 use super::plan::{JobWrites, UnitSize, counting_input, current_plan, load_job, make_plan, plan_dir};
 use super::probe::{ProbeReport, probe, read_longest};
 use crate::campaign::metrics::{HostShare, usable_cores};
@@ -210,9 +211,103 @@ impl TrialReport {
     }
 }
 
-/// Run the trial of the job's first write into Lance, and save it to `args.save` (its vectors beside it). A
-/// trial whose vectors do not match the reference is returned as found (see [`TrialReport::mismatch`]).
-pub async fn run_trial(args: &TrialOptions) -> Result<TrialReport> {
+/// A saved trial: of a text write, or of an image write.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Trial {
+    Texts(Box<TrialReport>),
+    Images(Box<ImageTrialReport>),
+}
+
+/// What a trial's corpus holds: its rows, and the work priced (useful tokens, or images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub rows: u64,
+    pub amount: u64,
+    /// `useful tokens` or `images`.
+    pub unit: &'static str,
+}
+
+impl Trial {
+    /// A saved trial of either kind.
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::file(format!("cannot read trial {}", path.display()), e))?;
+        let refused = |e: serde_json::Error| {
+            Error::Refused(format!(
+                "{} is not a trial.json this version can read ({e}); run pipeline trial again",
+                path.display()
+            ))
+        };
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(refused)?;
+        Ok(match value.get("kind").and_then(|k| k.as_str()) {
+            Some("images") => Trial::Images(Box::new(serde_json::from_slice(&bytes).map_err(refused)?)),
+            _ => Trial::Texts(Box::new(serde_json::from_slice(&bytes).map_err(refused)?)),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Trial::Texts(t) => &t.name,
+            Trial::Images(t) => &t.name,
+        }
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        match self {
+            Trial::Texts(t) => &t.device,
+            Trial::Images(t) => &t.device,
+        }
+    }
+
+    /// The predicted seconds of the whole campaign, with the range's low and high ends.
+    pub fn seconds(&self) -> (f64, f64, f64) {
+        match self {
+            Trial::Texts(t) => (t.prediction.seconds, t.prediction.low_seconds, t.prediction.high_seconds),
+            Trial::Images(t) => (t.prediction.seconds, t.prediction.low_seconds, t.prediction.high_seconds),
+        }
+    }
+
+    /// The predicted rate of the whole campaign, in [`Work::unit`]s per second.
+    pub fn rate(&self) -> f64 {
+        match self {
+            Trial::Texts(t) => t.prediction.useful_tokens_per_second,
+            Trial::Images(t) => t.prediction.images_per_second,
+        }
+    }
+
+    pub fn work(&self) -> Work {
+        match self {
+            Trial::Texts(t) => Work { rows: t.corpus.rows, amount: t.corpus.useful_tokens, unit: "useful tokens" },
+            Trial::Images(t) => Work { rows: t.corpus.rows, amount: t.corpus.images, unit: "images" },
+        }
+    }
+
+    pub fn comparison(&self) -> Option<&Comparison> {
+        match self {
+            Trial::Texts(t) => t.comparison.as_ref(),
+            Trial::Images(t) => t.comparison.as_ref(),
+        }
+    }
+
+    /// How the model splits over a 48 GB and an 80 GB card, from the trial's probe (a text write's).
+    pub fn memory_split(&self) -> Option<&crate::model::fit::MemorySplit> {
+        match self {
+            Trial::Texts(t) => t.probe.as_ref().and_then(|p| p.split.as_ref()),
+            Trial::Images(_) => None,
+        }
+    }
+
+    /// Why the trial's vectors do not match the reference, when a reference was given and they do not.
+    pub fn mismatch(&self) -> Option<String> {
+        let c = self.comparison().filter(|c| !c.passed)?;
+        Some(format!("the trial's vectors do not match {}: {}", c.reference, c.failures.join("; ")))
+    }
+}
+
+/// Run the trial of the job's first write into Lance (a text write, or an image write: see
+/// [`super::image_trial`]), and save it to `args.save` (its vectors beside it). A trial whose vectors do not match
+/// the reference is returned as found (see [`Trial::mismatch`]).
+pub async fn run_trial(args: &TrialOptions) -> Result<Trial> {
     crate::process::memory::mark_before_load();
     let file = &args.file;
     if args.minutes.is_nan() || args.minutes <= 0.0 {
@@ -225,10 +320,12 @@ pub async fn run_trial(args: &TrialOptions) -> Result<TrialReport> {
         )));
     }
     let (session, statements) = load_job(file, &args.vars)?;
-    let sets_batch = statements.iter().any(|s| {
-        let sql = s.sql.to_ascii_lowercase();
-        sql.trim_start().starts_with("set") && sql.contains("embed.batch_tokens")
-    });
+    let sets = |key: &str| {
+        statements.iter().any(|s| {
+            let sql = s.sql.to_ascii_lowercase();
+            sql.trim_start().starts_with("set") && sql.contains(key)
+        })
+    };
     let mut writes = JobWrites::new(file, &session, &statements);
     let Some((stmt, write, target)) = writes.next().await? else {
         return Err(Error::Refused(format!(
@@ -236,8 +333,15 @@ pub async fn run_trial(args: &TrialOptions) -> Result<TrialReport> {
             file.display()
         )));
     };
-    let report =
-        trial(&session, args, &write, &target, sets_batch).await.map_err(|e| writes.fail(stmt, &e.chain_text()))?;
+    let report = if super::plan::calls_embed_image(&write) {
+        let sets_batch = sets("embed.batch_images");
+        super::image_trial::image_trial(&session, args, &write, &target, sets_batch)
+            .await
+            .map(|t| Trial::Images(Box::new(t)))
+    } else {
+        trial(&session, args, &write, &target, sets("embed.batch_tokens")).await.map(|t| Trial::Texts(Box::new(t)))
+    }
+    .map_err(|e| writes.fail(stmt, &e.chain_text()))?;
     if let Some(dir) = args.save.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::file(format!("cannot create {}", dir.display()), e))?;
     }
@@ -291,7 +395,7 @@ async fn trial(
     // The sample through the run's own write path, into <save>.lance, each embedded chunk timed.
     let vectors = args.save.with_extension("lance").display().to_string();
     let uri = dataset_uri(&vectors);
-    let timed = write_timed(session, write, target, &vectors, &sample_dir).await?;
+    let timed = write_timed(session, write, target, &vectors, SampleRows::WorkList(&sample_dir)).await?;
     let (rates, prediction) = rates_and_prediction(&counts, &ranges, &chosen, &timed, model_load);
 
     let comparison = match &args.reference {
@@ -348,7 +452,7 @@ fn rates_and_prediction(
             Some(*sum)
         })
         .collect();
-    extrapolate(&mut rates, &sample_ends, &intervals(&timed.points));
+    extrapolate(&mut rates, &sample_ends, &intervals(&timed.tokens()));
     let prediction = predict(
         &rates,
         model_load,
@@ -501,25 +605,39 @@ async fn warm_up(options: &EmbedOptions, texts: Vec<String>) -> Result<f64> {
     .map_err(|e| Error::Internal(format!("the warm-up failed: {e}")))?
 }
 
-/// The times of the sample's write: its start, its first model call, each embedded chunk's end with its
-/// useful tokens, and its end.
-struct Timed {
-    started: Instant,
-    first_call: Instant,
-    points: Vec<(f64, u64)>,
-    last: Instant,
-    ended: Instant,
-    host: Option<HostShare>,
+/// The times of the sample's write: its start, its first model call, each embedded chunk's end (seconds since
+/// the first call) with the useful tokens and images embedded so far, and its end.
+pub(crate) struct Timed {
+    pub(crate) started: Instant,
+    pub(crate) first_call: Instant,
+    pub(crate) points: Vec<(f64, u64, u64)>,
+    pub(crate) last: Instant,
+    pub(crate) ended: Instant,
+    pub(crate) host: Option<HostShare>,
 }
 
-/// Write the sample of the work list in `sample_dir` into `vectors` through the run's own write path (the
-/// job's COPY options kept), each embedded chunk timed.
-async fn write_timed(
+impl Timed {
+    /// The points as (seconds, useful tokens so far).
+    fn tokens(&self) -> Vec<(f64, u64)> {
+        self.points.iter().map(|p| (p.0, p.1)).collect()
+    }
+}
+
+/// What a trial's write writes: the work list in a plan directory (a text write's sample), or the write's input
+/// with only some rows kept (an image write's).
+pub(crate) enum SampleRows<'a> {
+    WorkList(&'a Path),
+    Input(Arc<LogicalPlan>),
+}
+
+/// Write the sample into `vectors` through the run's own write path (the job's COPY options kept), each embedded
+/// chunk timed.
+pub(crate) async fn write_timed(
     session: &EmbedSession,
     write: &LogicalPlan,
     target: &WriteTarget,
     vectors: &str,
-    sample_dir: &Path,
+    rows: SampleRows<'_>,
 ) -> Result<Timed> {
     let ctx = session.context();
     let file_type = match write {
@@ -534,9 +652,15 @@ async fn write_timed(
         LogicalPlan::Copy(c) => c.options.clone(),
         _ => HashMap::new(),
     };
-    let copy = CopyTo::new(Arc::clone(&target.input), vectors.to_string(), Vec::new(), file_type, options_of_copy);
     let uri = dataset_uri(vectors);
-    session.metrics().use_plan(&uri, Arc::new(WorkPlanInUse::load(sample_dir).map_err(Error::Refused)?));
+    let input = match rows {
+        SampleRows::WorkList(dir) => {
+            session.metrics().use_plan(&uri, Arc::new(WorkPlanInUse::load(dir).map_err(Error::Refused)?));
+            Arc::clone(&target.input)
+        }
+        SampleRows::Input(input) => input,
+    };
+    let copy = CopyTo::new(input, vectors.to_string(), Vec::new(), file_type, options_of_copy);
     session.metrics().keep_timeline();
     let before = session.metrics().embed_stats();
     let started = Instant::now();
@@ -552,16 +676,21 @@ async fn write_timed(
     session.metrics().forget_plan(&uri);
     let timeline = session.metrics().take_timeline();
     written?;
-    let first_call = session.metrics().first_call().unwrap_or(started);
-    let last = timeline.last().map_or(ended, |(t, _)| *t);
-    let points = timeline.iter().map(|(t, tokens)| (t.duration_since(first_call).as_secs_f64(), *tokens)).collect();
+    let first_call = timeline.first_call.or(session.metrics().first_call()).unwrap_or(started);
+    let last = timeline.points.last().map_or(ended, |p| p.at);
+    let points =
+        timeline.points.iter().map(|p| (p.at.duration_since(first_call).as_secs_f64(), p.tokens, p.images)).collect();
     let host = sample_host_share(session, &before, ended.duration_since(first_call));
     Ok(Timed { started, first_call, points, last, ended, host })
 }
 
 /// How busy the model was over `wall` (the sample's embedding), from the session's counters before the sample
 /// and now.
-fn sample_host_share(session: &EmbedSession, before: &EmbedStats, wall: std::time::Duration) -> Option<HostShare> {
+pub(crate) fn sample_host_share(
+    session: &EmbedSession,
+    before: &EmbedStats,
+    wall: std::time::Duration,
+) -> Option<HostShare> {
     let now = session.metrics().embed_stats();
     let sample = EmbedStats {
         run_time: now.run_time.saturating_sub(before.run_time),
@@ -705,7 +834,7 @@ fn largest_bin_difference(a: &Histogram, b: &Histogram) -> f64 {
 }
 
 /// The sample's vectors against `reference`'s, by id, as `pipeline compare --shared-ids` does.
-async fn compare(vectors: &str, reference: &str, id_column: &str, target: &WriteTarget) -> Comparison {
+pub(crate) async fn compare(vectors: &str, reference: &str, id_column: &str, target: &WriteTarget) -> Comparison {
     let column = target
         .input
         .schema()

@@ -196,7 +196,9 @@ fn embed_array(
         },
     };
     let stop = || metrics.stop().requested();
-    metrics.record_call_started();
+    if values.iter().any(Option::is_some) {
+        metrics.record_call_started();
+    }
     metrics.record_device(embedder.device());
     let skip = options.skip_bad_images()?;
     let id_of = |row: usize| ids.and_then(|ids| ScalarValue::try_from_array(ids, row).ok()).filter(|v| !v.is_null());
@@ -221,6 +223,7 @@ fn embed_array(
         out.stats.skipped_images.push((id, bad.error.to_string()));
     }
     metrics.record_embed(&out.stats);
+    metrics.record_images_done(out.stats.images);
     Ok((vector_array(out.vectors, out.valid, fingerprint)?, out.stats))
 }
 
