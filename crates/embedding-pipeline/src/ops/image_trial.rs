@@ -31,7 +31,7 @@ use super::image_plan::{
 };
 use super::image_probe::{ImageProbeReport, probe_write};
 use super::plan::{embedded_input, plan_dir};
-use super::trial::{Comparison, SampleRows, Timed, TrialOptions, compare, sample_host_share, write_timed};
+use super::trial_sample::{Comparison, SampleRows, Timed, TrialOptions, compare, sample_host_share, write_timed};
 use crate::campaign::metrics::HostShare;
 use crate::campaign::trial::{StratumRate, extrapolate, intervals, predict, step_for};
 use crate::campaign::{DeviceInfo, Fingerprint};

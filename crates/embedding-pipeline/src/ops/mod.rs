@@ -11,7 +11,7 @@
 //!   for an image write, on its largest images ([`image_probe::probe_image_job`] → [`image_probe::ImageProbeReport`]);
 //! - [`trial`]: what a job will cost on this device, measured on a sample ([`trial::run_trial`] →
 //!   [`trial::Trial`], saved as `trial.json`): of a text write ([`trial::TrialReport`]) or of an image write
-//!   ([`image_trial::ImageTrialReport`]);
+//!   ([`image_trial::ImageTrialReport`]), with what both share in [`trial_sample`];
 //! - [`cost`]: the trials of one campaign priced side by side ([`cost::cost_trials`] → [`cost::CostReport`]);
 //! - [`devices`]: what this machine can run on, and the versions it is built with ([`devices::devices`]);
 //! - [`lineage`]: how a version's vectors were made, each link re-checked on request ([`lineage::report`] →
@@ -59,6 +59,7 @@ pub mod sample;
 pub mod script;
 pub mod search;
 pub mod trial;
+pub mod trial_sample;
 pub mod verify;
 
 use std::ops::ControlFlow;
