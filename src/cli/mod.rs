@@ -20,6 +20,8 @@ pub mod maintain;
 pub mod plan;
 pub mod printer;
 pub mod probe;
+#[cfg(test)]
+mod reference;
 pub mod report;
 pub mod run;
 pub mod search;
@@ -84,12 +86,13 @@ pub enum Command {
     /// the memory budget; then the fastest setting that fits with a margin, and the faster session layout.
     Probe(probe::ProbeArgs),
     /// Price the campaign on this machine's device: probe for a batch setting (unless the job sets
-    /// embed.batch_tokens), embed a sample stratified by token length through the run's own write path,
-    /// and predict the whole corpus's time from the plan, stratum by stratum. Saves trial.json, and the
-    /// sample's vectors beside it; --reference compares them with another dataset's by id.
+    /// embed.batch_tokens, or embed.batch_images for an image write), embed a sample stratified by token length
+    /// (an image write's: by decoded size) through the run's own write path, and predict the whole corpus's time
+    /// from the plan, stratum by stratum. Saves trial.json, and the sample's vectors beside it; --reference
+    /// compares them with another dataset's by id.
     Trial(trial::TrialArgs),
     /// Compare trials of one campaign on several devices: predicted hours (with range), cost, cost per
-    /// million useful tokens, whether the vectors match, whether the deadline is met; and the cheapest
+    /// million useful tokens (or images), whether the vectors match, whether the deadline is met; and the cheapest
     /// device that meets it with matching vectors.
     Cost(cost::CostArgs),
     #[cfg(feature = "cluster")]

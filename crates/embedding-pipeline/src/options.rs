@@ -461,9 +461,56 @@ fn bad(key: &str, value: impl ToString, message: &str) -> Error {
     Error::Option { key: key.to_string(), value: value.to_string(), message: message.to_string() }
 }
 
+/// Where the options' reference page is kept, from the repository's root.
+pub const OPTIONS_PAGE: &str = "docs/reference/options.md";
+
+impl EmbedOptions {
+    /// The `embed.*` options as a Markdown page: each key, its default and what it does, from these definitions
+    /// ([`OPTIONS_PAGE`], which a test keeps equal to it).
+    pub fn reference_page() -> String {
+        let mut page = String::from(
+            "# `embed.*` options\n\nWhat a job or a session sets with `SET embed.<key> = <value>;` (or `pipeline run \
+             --set key=value`). Generated from `EmbedOptions` by `scripts/reference`; a test fails when this page is not \
+             what the code defines, so do not edit it by hand. The commands are in [commands.md](commands.md).\n\n\
+             | option | default | what it does |\n|---|---|---|\n",
+        );
+        for e in Self::default().entries() {
+            let default = match e.value.as_deref() {
+                None | Some("") => "(empty)".to_string(),
+                Some(v) => format!("`{v}`"),
+            };
+            let what = e.description.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|");
+            page.push_str(&format!("| `embed.{}` | {default} | {what} |\n", e.key));
+        }
+        page
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The options' page is what the definitions say (`PIPELINE_WRITE_REFERENCE=1` writes it: `scripts/reference`).
+    #[test]
+    fn the_options_reference_is_what_the_options_define() {
+        let page = EmbedOptions::reference_page();
+        assert!(
+            page.contains("| `embed.batch_images` | `32` |") && page.contains("| `embed.model` | `models/"),
+            "{page}"
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(OPTIONS_PAGE);
+        if std::env::var_os("PIPELINE_WRITE_REFERENCE").is_some() {
+            std::fs::write(&path, &page).unwrap();
+        }
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            kept == page,
+            "{OPTIONS_PAGE} is not what the options define: run scripts/reference and commit the page"
+        );
+        // An option added without writing the page again is caught.
+        let added = format!("{page}| `embed.new_option` | `1` | Something new. |\n");
+        assert_ne!(kept, added);
+    }
 
     #[test]
     fn a_gpu_takes_the_float16_default_unless_a_model_is_set() {
