@@ -11,7 +11,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// mimalloc, not the system allocator: the tokenizer allocates a few small strings and vectors per word, and on the
 /// write path malloc and free took about a fifth of the time (`perf record`, issue 52). With it a run on 2 cores was
 /// about 17% faster, and peaked about 160 MiB higher at 1,000,000 documents: freed pages go back to the system after
-/// mimalloc's short delay (handing them back at once saved that memory and cost 10% of the speed). README, *Feeding
+/// mimalloc's short delay (handing them back at once saved that memory and cost 10% of the speed). docs/concepts/ordering-and-batches.md, *Feeding
 /// the model*.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -11,7 +11,7 @@ use embedding_pipeline::ops::inspect::inspect as report;
 pub struct InspectArgs {
     /// The Lance dataset.
     dataset: String,
-    /// Print the stable JSON form (see the README).
+    /// Print the stable JSON form (see docs/guides/checking.md).
     #[arg(long)]
     json: bool,
     /// The id column (default: the one the dataset was written with, else `id`).

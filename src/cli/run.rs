@@ -297,7 +297,7 @@ fn print_summary(r: &RunReport, printer: Printer) {
         note!(
             printer,
             "note: {} rows had a NULL text and were written with a NULL vector; their ids count as done, so a \
-             rerun skips them (the README's Resume section says how to embed them once they have text)",
+             rerun skips them (docs/concepts/exactly-once.md says how to embed them once they have text)",
             e.nulls
         );
     }

@@ -276,10 +276,10 @@ fn the_command_stays_thin() {
     assert!(unreachable.is_empty(), "unreachable! in {unreachable:?}");
 }
 
-/// The first column of the README's layout table: the paths it describes.
+/// The first column of the layout table (`docs/reference/layout.md`): the paths it describes.
 fn layout_table() -> Vec<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let table = readme.split("\n## Layout\n").nth(1).expect("README.md has a Layout section");
+    let page = std::fs::read_to_string(repo().join(LAYOUT_PAGE)).unwrap();
+    let table = page.split("\n## Layout\n").nth(1).expect("the layout page has a Layout section");
     let table = table.split("\n## ").next().unwrap_or_default();
     table
         .lines()
@@ -296,7 +296,7 @@ fn the_layout_table_names_the_tree() {
     let rows = layout_table();
     assert!(rows.len() > 10, "the table's rows were read: {rows:?}");
     let missing: Vec<&String> = rows.iter().filter(|p| !repo().join(p).exists()).collect();
-    assert!(missing.is_empty(), "the README's layout table names paths that are not there: {missing:?}");
+    assert!(missing.is_empty(), "{LAYOUT_PAGE}'s table names paths that are not there: {missing:?}");
     let listed = |path: &str| rows.iter().any(|r| r.trim_end_matches('/') == path.trim_end_matches('/'));
     let mut unlisted = Vec::new();
     for entry in std::fs::read_dir(repo().join(LIBRARY).join("src")).unwrap() {
@@ -319,5 +319,79 @@ fn the_layout_table_names_the_tree() {
             unlisted.push(format!("{name}/"));
         }
     }
-    assert!(unlisted.is_empty(), "the README's layout table has no row for: {unlisted:?}");
+    assert!(unlisted.is_empty(), "{LAYOUT_PAGE}'s table has no row for: {unlisted:?}");
+}
+
+/// Where the layout table is.
+const LAYOUT_PAGE: &str = "docs/reference/layout.md";
+
+/// The manual's Markdown files: the README, the benchmarks, and every page under docs/.
+fn manual_pages() -> Vec<std::path::PathBuf> {
+    let mut pages = vec![repo().join("README.md"), repo().join("BENCHMARKS.md")];
+    let mut folders = vec![repo().join("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation but `-` and `_` dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every relative link of the manual reaches a file of the repository, and every `#anchor` a heading of the page it
+/// names: pages moved or renamed leave no dead link behind.
+#[test]
+fn the_manuals_links_resolve() {
+    // The target of each `](target)`.
+    let links = |text: &str| -> Vec<String> {
+        text.split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split_once(')').map(|(t, _)| t.to_string()))
+            .filter(|t| !t.is_empty() && !t.contains(char::is_whitespace))
+            .collect()
+    };
+    let mut dead = Vec::new();
+    let pages = manual_pages();
+    assert!(pages.len() > 10, "the manual's pages were found: {pages:?}");
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for target in links(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').map_or((target.as_str(), None), |(f, a)| (f, Some(a)));
+            let file = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            let name = page.strip_prefix(repo()).unwrap().display().to_string();
+            if !file.exists() {
+                dead.push(format!("{name}: {target} (no such file)"));
+                continue;
+            }
+            if let Some(fragment) = fragment.filter(|_| file.extension().is_some_and(|e| e == "md")) {
+                let headings = std::fs::read_to_string(&file).unwrap();
+                let found = headings
+                    .lines()
+                    .filter_map(|l| l.trim_start_matches('#').strip_prefix(' ').filter(|_| l.starts_with('#')))
+                    .any(|h| anchor(h) == fragment);
+                if !found {
+                    dead.push(format!("{name}: {target} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(dead.is_empty(), "dead links in the manual:\n{}", dead.join("\n"));
 }
