@@ -237,6 +237,7 @@ pub fn run(cli: Cli, inputs: Vec<job_input::Input>, printer: Printer) -> anyhow:
 pub async fn main(cli: Cli, inputs: Vec<job_input::Input>, printer: Printer) -> anyhow::Result<ExitStatus> {
     if cli.version {
         out!(printer, "{}", embedding_pipeline::ops::devices::versions());
+        out!(printer, "built from commit {}", env!("PIPELINE_COMMIT"));
         return Ok(ExitStatus::Success);
     }
     let Some(command) = cli.command else {

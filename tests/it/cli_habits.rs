@@ -243,6 +243,11 @@ fn version_completions_and_log_levels() {
     let ort = out.lines().find(|l| l.starts_with("ONNX Runtime ")).unwrap_or_default();
     assert!(ort.chars().nth("ONNX Runtime ".len()).is_some_and(|c| c.is_ascii_digit()) && ort.contains(" ("), "{out}");
     assert!(ort.contains("ort 2.0.0-rc.15"), "{out}");
+    // The commit it was built from: this checkout's.
+    let head = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert!(out.contains(&format!("built from commit {head}")), "{out} (HEAD {head})");
+    assert!(out.starts_with(&format!("pipeline {}\n", env!("CARGO_PKG_VERSION"))), "{out}");
     for (shell, mark) in [("bash", "_pipeline()"), ("zsh", "#compdef pipeline"), ("fish", "complete -c pipeline")] {
         let o = pipeline(&["completions", shell], dir);
         let out = text(&o).0;

@@ -325,9 +325,9 @@ fn the_layout_table_names_the_tree() {
 /// Where the layout table is.
 const LAYOUT_PAGE: &str = "docs/reference/layout.md";
 
-/// The manual's Markdown files: the README, the benchmarks, and every page under docs/.
+/// The manual's Markdown files: the README, the benchmarks, the changelog, and every page under docs/.
 fn manual_pages() -> Vec<std::path::PathBuf> {
-    let mut pages = vec![repo().join("README.md"), repo().join("BENCHMARKS.md")];
+    let mut pages = vec![repo().join("README.md"), repo().join("BENCHMARKS.md"), repo().join("CHANGELOG.md")];
     let mut folders = vec![repo().join("docs")];
     while let Some(folder) = folders.pop() {
         for entry in std::fs::read_dir(folder).unwrap() {
