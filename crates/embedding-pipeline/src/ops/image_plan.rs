@@ -254,6 +254,36 @@ pub async fn largest_images(
     Ok(largest)
 }
 
+/// The images of `inputs` (id, then the `embed_image` argument) whose ids are `wanted`'s, in `wanted`'s order, with
+/// what to read them from: only their rows' objects fetched, where [`largest_images`] reads every header. For a
+/// trial, whose plan already names the largest images.
+pub async fn images_by_id(
+    session: &EmbedSession,
+    inputs: LogicalPlan,
+    options: &EmbedOptions,
+    wanted: &[PlannedImage],
+) -> Result<Vec<(PlannedImage, Located)>> {
+    let ids: std::collections::HashSet<&str> = wanted.iter().map(|p| p.id.as_str()).collect();
+    let mut found: std::collections::HashMap<String, Located> = std::collections::HashMap::new();
+    let mut stream = DataFrame::new(session.context().state(), inputs).execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let column = cast(batch.column(0), &DataType::Utf8)?;
+        let column = column.as_string::<i32>();
+        let rows: Vec<u32> = (0..column.len())
+            .filter(|r| column.is_valid(*r) && ids.contains(column.value(*r)))
+            .map(|r| r as u32)
+            .collect();
+        let located = locate_rows(batch.column(1), &rows, &options.image_base).await?;
+        for (r, l) in rows.iter().zip(located) {
+            if let Some(l) = l {
+                found.insert(column.value(*r as usize).to_string(), l);
+            }
+        }
+    }
+    Ok(wanted.iter().filter_map(|p| found.remove(&p.id).map(|l| (p.clone(), l))).collect())
+}
+
 /// Each row's header and file size (NULL: none): bytes read from the column, paths located against `image_base`
 /// (objects fetched), read over the machine's cores.
 async fn headers(

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::image_plan::{PlannedImage, largest_images};
+use super::image_plan::{PlannedImage, images_by_id, largest_images};
 use super::plan::{JobWrites, embedded_input, load_job};
 use super::probe::{MARGIN, MIN_TIMED_SECONDS, Meter, SAME_SPEED};
 use crate::campaign::DeviceInfo;
@@ -114,14 +114,16 @@ pub async fn probe_image_job(
     let Some((stmt, _, target)) = writes.next().await? else {
         return Err(Error::Refused(format!("{} writes nothing into Lance: nothing to probe", file.display())));
     };
-    probe_write(&session, &target, budget).await.map_err(|e| writes.fail(stmt, &e.chain_text()))
+    probe_write(&session, &target, budget, None).await.map_err(|e| writes.fail(stmt, &e.chain_text()))
 }
 
-/// Probe the image write into `target` (also what `pipeline trial` of an image write does first).
+/// Probe the image write into `target` (also what `pipeline trial` of an image write does first, with its plan's
+/// largest images as `known`: then only their rows are read, not every header again).
 pub(crate) async fn probe_write(
     session: &EmbedSession,
     target: &WriteTarget,
     budget: Option<u64>,
+    known: Option<&[PlannedImage]>,
 ) -> Result<ImageProbeReport> {
     let options = EmbedOptions::from_config(session.context().state().config_options());
     let inputs = embedded_input(&target.input, &options.id_column).ok_or_else(|| {
@@ -131,7 +133,10 @@ pub(crate) async fn probe_write(
             target.uri
         ))
     })?;
-    let largest = largest_images(session, inputs, &options, PROBE_IMAGES).await?;
+    let largest = match known {
+        Some(known) => images_by_id(session, inputs, &options, &known[..known.len().min(PROBE_IMAGES)]).await?,
+        None => largest_images(session, inputs, &options, PROBE_IMAGES).await?,
+    };
     if largest.is_empty() {
         return Err(Error::Refused(format!("the write into {} has no image that reads to probe with", target.uri)));
     }

@@ -215,7 +215,7 @@ pub(crate) async fn image_trial(
         return Err(Error::Refused(format!("the write into {} has no image that reads to try", target.uri)));
     }
 
-    let (from, probe) = batch_setting(session, target, args, sets_batch).await?;
+    let (from, probe) = batch_setting(session, target, args, sets_batch, &plan.counts.largest).await?;
     options = EmbedOptions::from_config(ctx.state().config_options());
     let (settings, model_load) = chosen_settings(&options, from)?;
 
@@ -270,18 +270,19 @@ pub(crate) async fn image_trial(
     })
 }
 
-/// Where `embed.batch_images` comes from: the job (`sets_batch`, or `--no-probe`), else the probe, whose
-/// recommendation is set in the session.
+/// Where `embed.batch_images` comes from: the job (`sets_batch`, or `--no-probe`), else the probe on the plan's
+/// `largest` images, whose recommendation is set in the session.
 async fn batch_setting(
     session: &EmbedSession,
     target: &WriteTarget,
     args: &TrialOptions,
     sets_batch: bool,
+    largest: &[super::image_plan::PlannedImage],
 ) -> Result<(String, Option<ImageProbeReport>)> {
     if sets_batch || args.no_probe {
         return Ok((if sets_batch { "the job" } else { "the job (--no-probe)" }.to_string(), None));
     }
-    let report = probe_write(session, target, args.memory_budget).await?;
+    let report = probe_write(session, target, args.memory_budget, Some(largest)).await?;
     let Some(rec) = &report.recommended else {
         return Err(Error::Refused(format!(
             "the probe found no embed.batch_images that fits the memory budget ({}); see pipeline probe",
