@@ -48,13 +48,12 @@ pub async fn index(args: IndexArgs, printer: Printer) -> anyhow::Result<ExitStat
     let IndexArgs { dataset, kind, metric, column, partitions, json } = args;
     let (kind, metric, partitions) = (kind.into(), Metric::from(metric), partitions.map(|p| p as usize));
     let request = IndexOptions { column, kind, metric, partitions };
-    let maintain::BuiltIndex { version, record, index: built } = maintain::index(&dataset, &request).await?;
+    let report = maintain::index(&dataset, &request).await?;
     if json {
-        let out = serde_json::json!({ "version": version, "record": record, "index": built });
-        out!(printer, "{}", serde_json::to_string_pretty(&out)?);
+        out!(printer, "{}", serde_json::to_string_pretty(&report)?);
     } else {
-        out!(printer, "{dataset}: version {version}: {}", record.summary());
-        if let Some(built) = &built {
+        out!(printer, "{dataset}: version {}: {}", report.version, report.record.summary());
+        if let Some(built) = &report.index {
             out!(printer, "built: {}", built.summary());
         }
         match metric {

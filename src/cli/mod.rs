@@ -24,6 +24,8 @@ pub mod probe;
 mod reference;
 pub mod report;
 pub mod run;
+#[cfg(test)]
+mod schemas;
 pub mod search;
 pub mod shell;
 pub mod signals;

@@ -37,7 +37,7 @@ fn add(page: &mut String, command: &mut clap::Command, path: &str) {
 }
 
 /// The first line (from 1) where `page` and the file `relative` under the repository's root differ, if they do.
-fn first_difference(relative: &str, page: &str) -> Option<usize> {
+pub(super) fn first_difference(relative: &str, page: &str) -> Option<usize> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
     let kept = std::fs::read_to_string(path).unwrap_or_default();
     (kept != page).then(|| {

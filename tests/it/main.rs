@@ -15,6 +15,7 @@ mod errors;
 mod evaluate;
 mod images;
 mod integrity;
+mod json_schemas;
 mod layout;
 mod lineage;
 mod maintain;

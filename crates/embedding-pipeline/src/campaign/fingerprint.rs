@@ -25,7 +25,7 @@ use crate::options::EmbedOptions;
 pub const FINGERPRINT_KEY: &str = "embedding_pipeline.fingerprint";
 
 /// What made a set of vectors. Field order is the JSON order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Fingerprint {
     /// The model directory's name.
     pub model: String,

@@ -133,7 +133,7 @@ pub fn recall(model_sha256: &str, lineage_sha256: &str) -> Option<ModelOrigin> {
 }
 
 /// One link of the chain from training data to vectors.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Link {
     /// 'training data', 'base model', 'checkpoint', 'ONNX export', 'model directory', 'vectors' or 'plan'.
     pub link: String,

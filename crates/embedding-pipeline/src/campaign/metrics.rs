@@ -32,7 +32,7 @@ pub struct WriteReport {
 pub const HOST_BOUND_BELOW: f64 = 0.7;
 
 /// How busy the model was, and on a GPU how many cores would have kept it busy.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct HostShare {
     /// The share of the wall time each session had a model call in flight, on average over the sessions.
     pub model_busy: f64,

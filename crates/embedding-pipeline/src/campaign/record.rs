@@ -11,7 +11,7 @@ pub use crate::model::{DeviceInfo, EmbedStats};
 pub const RUN_RECORD_KEY: &str = "embedding_pipeline.run";
 
 /// Counters, timings and device of one write. Field order is the JSON order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunRecord {
     /// Rows this write committed.
     pub rows_written: u64,
@@ -202,7 +202,7 @@ impl RunRecord {
 }
 
 /// One executor's part of a write on a cluster: where it ran, and what its tasks did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecutorShare {
     /// The executor's address (`HOST:PORT`).
     pub executor: String,
@@ -230,7 +230,7 @@ fn is_zero(n: &u64) -> bool {
 const SKIPPED_LISTED: usize = 1000;
 
 /// One bad image skipped, by its id (or its row in the call, when the query names no id), and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SkippedImage {
     pub id: String,
     pub why: String,

@@ -83,7 +83,7 @@ pub fn intervals(timeline: &[(f64, u64)]) -> Vec<Interval> {
 
 /// What one stratum holds in the corpus and in the sample, the rate measured on it, and the time it will
 /// take in the full campaign.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StratumRate {
     pub stratum: usize,
     /// Token counts of its longest and shortest text.
@@ -197,7 +197,7 @@ pub fn extrapolate(strata: &mut [StratumRate], sample_ends: &[u64], calls: &[Int
 
 /// The full campaign's predicted wall time: fixed costs plus every stratum's, with its range (the strata's
 /// standard errors added in quadrature).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Prediction {
     pub seconds: f64,
     pub low_seconds: f64,

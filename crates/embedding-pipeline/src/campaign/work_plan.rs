@@ -20,7 +20,7 @@ pub const WORK_LIST_FILE: &str = "worklist.parquet";
 pub const UNIT_COLUMN: &str = "__unit";
 
 /// What `pipeline plan` found and decided for one write.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkPlan {
     /// The tool's version that made the plan.
     pub tool_version: String,
@@ -136,7 +136,7 @@ impl WorkPlanInUse {
 
 /// What a commit made from a plan records: which plan, and the units done after it. Units are done in
 /// their order, so the units this commit completed are `units_done_before..units_done`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanRecord {
     /// The plan directory, as the run named it.
     pub path: String,
@@ -150,7 +150,7 @@ pub struct PlanRecord {
 }
 
 /// A source table as it was when planned.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourceSnapshot {
     /// The table's name in the job.
     pub table: String,
@@ -171,7 +171,7 @@ pub struct SourceSnapshot {
 }
 
 /// One file of a source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourceFile {
     pub path: String,
     pub bytes: u64,
@@ -182,14 +182,14 @@ pub struct SourceFile {
 }
 
 /// A Lance source's version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LanceSnapshot {
     pub uri: String,
     pub version: u64,
 }
 
 /// Counts over the whole input, exactly as the run will count them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Totals {
     /// Rows (each one id).
     pub rows: u64,
@@ -210,7 +210,7 @@ pub struct Totals {
 }
 
 /// A contiguous range of the rows in length order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Unit {
     pub unit: u32,
     /// Position of its first row in the length order.
@@ -224,7 +224,7 @@ pub struct Unit {
 
 /// Texts by token count before truncation, in bins of `bin_width` tokens; the last bin holds every text
 /// at or beyond `bins.len() - 1` bin widths.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Histogram {
     pub bin_width: u32,
     /// Texts per bin; bin i holds lengths in `[i * bin_width, (i + 1) * bin_width)`.

@@ -17,7 +17,7 @@ use crate::error::Result;
 pub const MAINTENANCE_KEY: &str = "embedding_pipeline.maintenance";
 
 /// What `pipeline index` or `pipeline optimize` did in one commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MaintenanceRecord {
     /// `index`; `compaction` (the commit that compacts); `optimize` (the commit after the cleanup, with the
     /// figures of both).
@@ -40,14 +40,14 @@ pub struct MaintenanceRecord {
 }
 
 /// A run record kept across a cleanup.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LastRun {
     pub version: u64,
     pub record: crate::campaign::RunRecord,
 }
 
 /// A vector index built.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IndexRecord {
     pub name: String,
     pub column: String,
@@ -67,7 +67,7 @@ pub struct IndexRecord {
 }
 
 /// Fragments rewritten by compaction.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CompactionRecord {
     pub fragments_removed: usize,
     pub fragments_added: usize,
@@ -76,7 +76,7 @@ pub struct CompactionRecord {
 }
 
 /// Old versions removed (tagged versions and the latest are always kept).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CleanupRecord {
     /// Versions older than this were removed, e.g. `7d`.
     pub older_than: String,

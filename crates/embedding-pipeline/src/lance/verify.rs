@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 pub const EXAMPLES: usize = 10;
 
 /// What the pass over the vectors found.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VectorFindings {
     pub column: String,
     /// Rows read.
@@ -150,7 +150,7 @@ pub async fn scan_vectors(
 
 /// A version that changed the rows without a record from this tool: written around the pipeline (pylance, a
 /// LanceDB client), so nothing says how its vectors were made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OutsideWrite {
     pub version: u64,
     /// Lance's name for what the commit did: Append, Overwrite, Update, Merge, Delete…

@@ -91,7 +91,7 @@ impl Placement {
 
 /// The execution side of a run. Not part of the fingerprint: the same fingerprint on another device
 /// is allowed, and the run record says so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeviceInfo {
     /// The ONNX Runtime execution provider that ran the model.
     pub provider: String,
@@ -139,7 +139,7 @@ impl std::fmt::Display for DeviceInfo {
 }
 
 /// The CUDA side of a GPU run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaInfo {
     /// The GPUs used, each with name, compute capability and memory.
     pub gpus: Vec<GpuInfo>,

@@ -32,7 +32,7 @@ pub const CARDS: [(&str, u64); 2] =
     [("48 GB (RTX A6000, RTX 6000 Ada, A40)", 48 * GIB), ("80 GB (A100 80GB, H100)", 80 * GIB)];
 
 /// Whether a model fits one card, and what it leaves for calls.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CardFit {
     pub card: String,
     pub memory_bytes: u64,
@@ -48,7 +48,7 @@ pub struct CardFit {
 }
 
 /// How a card's memory divides for one model, as `pipeline probe` measured it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MemorySplit {
     /// The graph's weights, bytes, by element type (exact, from its initializers).
     pub weights: Vec<(String, u64)>,

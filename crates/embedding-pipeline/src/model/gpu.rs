@@ -13,7 +13,7 @@ use std::ffi::{CStr, c_char, c_int, c_uint};
 use serde::{Deserialize, Serialize};
 
 /// One GPU, as the CUDA driver numbers it (the `N` of `cuda:N`, after `CUDA_VISIBLE_DEVICES`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuInfo {
     /// The CUDA ordinal.
     pub index: i32,
@@ -43,7 +43,7 @@ impl std::fmt::Display for GpuInfo {
 }
 
 /// The GPUs and the software that drives them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuSystem {
     /// The NVIDIA driver's version, e.g. `580.82.07` (from NVML; `unknown` when NVML is absent).
     pub driver_version: String,

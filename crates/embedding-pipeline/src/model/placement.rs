@@ -23,7 +23,7 @@ pub const SHAPE_WORK_BYTES: u64 = 4096;
 pub const PROBE_SHAPE: [usize; 2] = [4, 32];
 
 /// Node counts per provider, and the nodes doing real work on a provider other than the one asked for.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodePlacement {
     /// Nodes each provider ran in the probe batch.
     pub nodes_per_provider: BTreeMap<String, u64>,

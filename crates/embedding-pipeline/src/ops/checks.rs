@@ -55,7 +55,7 @@ impl SampleSource {
 }
 
 /// What the check found.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct InvarianceReport {
     pub table: String,
     pub sample: usize,
@@ -119,7 +119,7 @@ pub async fn check_invariance(source: &SampleSource, sample: usize, max_diff: f6
 }
 
 /// One order's figures.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OrderRun {
     pub order: String,
     pub documents: u64,
@@ -132,7 +132,7 @@ pub struct OrderRun {
 }
 
 /// What `compare-order` reports.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OrderComparison {
     pub table: String,
     pub sample: usize,

@@ -20,7 +20,7 @@ use crate::lance::records::fingerprint_of_dataset;
 pub(crate) const EXAMPLES: usize = 10;
 
 /// What `pipeline compare` requires for a pass.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Thresholds {
     /// Smallest acceptable cosine similarity of a pair.
     pub min_cosine: f64,
@@ -33,7 +33,7 @@ pub struct Thresholds {
 }
 
 /// One field in which the two fingerprints differ.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FieldDifference {
     pub field: String,
     pub a: String,
@@ -41,7 +41,7 @@ pub struct FieldDifference {
 }
 
 /// What `pipeline compare` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CompareReport {
     pub a: String,
     pub b: String,

@@ -65,7 +65,7 @@ impl Prices {
 }
 
 /// One trial's line.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CostRow {
     pub name: String,
     pub device: String,
@@ -115,7 +115,7 @@ impl CostRow {
 }
 
 /// The table and the choice.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CostReport {
     pub currency: String,
     pub placeholder_prices: bool,

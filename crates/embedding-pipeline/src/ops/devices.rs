@@ -10,7 +10,7 @@ use crate::model::gpu::{self, GpuSystem};
 use crate::model::runtime;
 
 /// The machine's execution side.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Devices {
     /// The ONNX Runtime library that would be loaded...
     pub onnxruntime_library: Option<String>,

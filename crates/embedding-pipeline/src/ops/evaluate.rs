@@ -62,7 +62,7 @@ pub struct Judgements {
 }
 
 /// What `pipeline evaluate` measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EvaluateReport {
     /// Where the queries and judgements came from.
     pub judgements: Option<String>,
@@ -75,7 +75,7 @@ pub struct EvaluateReport {
 }
 
 /// One dataset's retrieval quality.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DatasetScores {
     pub dataset: String,
     pub version: u64,
@@ -97,7 +97,7 @@ pub struct DatasetScores {
 }
 
 /// How much the neighbourhoods of the first dataset's ids move in the second.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Overlap {
     pub k: usize,
     pub seed: u64,

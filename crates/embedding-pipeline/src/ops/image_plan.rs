@@ -48,7 +48,7 @@ pub fn band_of(pixels: u64) -> usize {
 }
 
 /// What an image write's corpus holds, from its images' headers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImagePlan {
     /// Always `images`: tells this plan from a text write's `plan.json`.
     pub kind: String,
@@ -65,7 +65,7 @@ pub struct ImagePlan {
 }
 
 /// The images of a write, counted from their headers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageCounts {
     /// The write's rows, NULL images among them.
     pub rows: u64,
@@ -107,7 +107,7 @@ impl Default for ImageCounts {
 }
 
 /// One band of decoded size.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Band {
     pub name: String,
     pub images: u64,
@@ -116,7 +116,7 @@ pub struct Band {
 }
 
 /// One image, as its header says.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct PlannedImage {
     pub id: String,
     pub format: String,
@@ -126,7 +126,7 @@ pub struct PlannedImage {
 }
 
 /// A bad image, by id.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BadImage {
     pub id: String,
     pub why: String,

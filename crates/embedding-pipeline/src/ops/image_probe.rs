@@ -36,7 +36,7 @@ const TIMED_CALLS: usize = 2;
 const MAX_TIMED_CALLS: usize = 20;
 
 /// What an image probe found, as `--json` prints it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageProbeReport {
     /// Always `images`.
     pub kind: String,
@@ -56,7 +56,7 @@ pub struct ImageProbeReport {
 }
 
 /// The host's share: the largest images decoded and prepared for the model, without it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostCost {
     /// The threads a call decodes over, and the images decoded at once.
     pub threads: usize,
@@ -71,7 +71,7 @@ pub struct HostCost {
 }
 
 /// One step: calls of `batch_images` of the largest images.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageStep {
     pub batch_images: usize,
     /// Peak memory during the step (see [`ImageProbeReport::memory`]), and less what the loaded tower holds.
@@ -87,7 +87,7 @@ pub struct ImageStep {
 }
 
 /// The setting to run with, and why.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageRecommendation {
     pub batch_images: usize,
     pub why: String,

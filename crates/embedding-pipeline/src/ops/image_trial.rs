@@ -50,7 +50,7 @@ const WARM_UP_IMAGES: usize = 16;
 const LARGEST_SAMPLED: usize = 8;
 
 /// `trial.json` of an image write.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageTrialReport {
     /// Always `images`: tells this trial from a text write's.
     pub kind: String,
@@ -86,7 +86,7 @@ pub struct ImageTrialReport {
 }
 
 /// The settings the trial ran with, which the campaign must run with for the prediction to hold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageTrialSettings {
     pub batch_images: usize,
     pub max_image_pixels: u64,
@@ -97,7 +97,7 @@ pub struct ImageTrialSettings {
 }
 
 /// The corpus's images, from the plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageCorpus {
     pub rows: u64,
     pub null_images: u64,
@@ -109,7 +109,7 @@ pub struct ImageCorpus {
 }
 
 /// What the sample held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageSample {
     pub images: u64,
     pub megapixels: f64,
@@ -129,7 +129,7 @@ pub struct ImageSample {
 }
 
 /// The untimed warm-up, then timed once: what sizes a `--minutes` sample.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageWarmUp {
     pub images: u64,
     pub images_per_second: f64,
@@ -143,7 +143,7 @@ pub struct ImageWarmUp {
 
 /// One band of decoded size: its images in the corpus and in the sample, the rate measured on it, and the time it
 /// will take in the full campaign.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BandRate {
     pub band: String,
     pub corpus_images: u64,
@@ -164,7 +164,7 @@ pub struct BandRate {
 }
 
 /// The full campaign's predicted wall time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImagePrediction {
     pub seconds: f64,
     pub low_seconds: f64,

@@ -17,7 +17,7 @@ use crate::lance::lance_err;
 use crate::lance::records::{MaintenanceRecord, fingerprint_of_dataset, version_records};
 
 /// Everything `pipeline inspect` shows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DatasetReport {
     /// The dataset's location.
     pub uri: String,
@@ -38,7 +38,7 @@ pub struct DatasetReport {
 }
 
 /// An index as it is now (Lance's statistics): what `pipeline index` built, with the partitions Lance trained.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct IndexReport {
     pub name: String,
     pub column: String,
@@ -92,7 +92,7 @@ impl IndexReport {
 }
 
 /// Whether the ids are unique.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct IdReport {
     pub column: String,
     pub unique: bool,
@@ -101,7 +101,7 @@ pub struct IdReport {
 }
 
 /// One version of the dataset.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct VersionReport {
     pub version: u64,
     /// Commit time, RFC 3339, UTC.

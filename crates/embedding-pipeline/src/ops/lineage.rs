@@ -17,7 +17,7 @@ use crate::lance::records::fingerprint_of_dataset;
 use crate::lance::records::newest_run_record;
 
 /// What `pipeline lineage` shows.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct LineageReport {
     pub dataset: String,
     pub version: u64,
@@ -29,12 +29,12 @@ pub struct LineageReport {
     /// Training data first, vectors last.
     pub chain: Vec<Link>,
     /// With --verify: each link's check.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<Check>,
 }
 
 /// One link re-checked.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Check {
     pub link: String,
     /// 'ok', 'BROKEN', or 'unchecked' (the link cannot be reached from here).

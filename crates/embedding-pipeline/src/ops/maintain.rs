@@ -50,7 +50,7 @@ pub const PQ_MIN_ROWS: u64 = 256;
 
 /// What `pipeline index` built: the version that holds it, its record, and the index as Lance reports it (the
 /// partitions it trained may be fewer than asked for).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BuiltIndex {
     pub version: u64,
     pub record: MaintenanceRecord,
@@ -205,7 +205,7 @@ fn index_params(
 }
 
 /// What `pipeline optimize` did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct OptimizeReport {
     /// The version compaction committed, if it had anything to do.
     pub compacted_version: Option<u64>,

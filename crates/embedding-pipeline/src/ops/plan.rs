@@ -53,7 +53,7 @@ pub enum UnitSize {
 }
 
 /// A write's plan: a text write's work plan, or an image write's headers counted.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Planned {
     Texts(Box<WorkPlan>),

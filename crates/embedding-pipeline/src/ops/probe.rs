@@ -65,7 +65,7 @@ pub(crate) const MIN_TIMED_SECONDS: f64 = 1.0;
 const MAX_TIMED_CALLS: u32 = 50;
 
 /// What a probe found, as `--json` prints it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeReport {
     /// Where the calls ran.
     pub device: DeviceInfo,
@@ -98,7 +98,7 @@ pub struct ProbeReport {
 }
 
 /// One step: calls of `batch_tokens` padded tokens on the longest texts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Step {
     pub batch_tokens: usize,
     pub rows: usize,
@@ -120,7 +120,7 @@ pub struct Step {
 }
 
 /// The setting to run with, and why.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Recommendation {
     pub batch_tokens: usize,
     /// Set when the default `embed.max_batch_rows` would cut the recommended calls short.
@@ -139,7 +139,7 @@ pub struct Recommendation {
 }
 
 /// A session layout and its rate.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Layout {
     pub sessions_per_device: usize,
     pub intra_threads: usize,

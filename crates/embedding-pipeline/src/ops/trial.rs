@@ -48,7 +48,7 @@ const WARM_UP_TEXTS: usize = 128;
 const MIN_STRATUM_ROWS: usize = 8;
 
 /// `trial.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrialReport {
     pub tool_version: String,
     /// When the trial ran (UTC, RFC 3339).
@@ -87,7 +87,7 @@ pub struct TrialReport {
 
 /// The batch and session settings the trial ran with, which the campaign must run with for the
 /// prediction to hold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TrialSettingsReport {
     pub batch_tokens: usize,
     pub max_batch_rows: usize,
@@ -100,7 +100,7 @@ pub struct TrialSettingsReport {
 }
 
 /// What the sample held.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SampleSummary {
     pub rows: u64,
     pub useful_tokens: u64,
@@ -121,7 +121,7 @@ pub struct SampleSummary {
 }
 
 /// The untimed warm-up, whose rate sizes a `--minutes` sample.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WarmUp {
     pub texts: u64,
     pub useful_tokens_per_second: f64,
@@ -147,7 +147,7 @@ impl TrialReport {
 }
 
 /// A saved trial: of a text write, or of an image write.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Trial {
     Texts(Box<TrialReport>),

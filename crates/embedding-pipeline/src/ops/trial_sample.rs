@@ -71,7 +71,7 @@ impl TrialOptions {
 }
 
 /// The sample's vectors against a reference dataset's, by id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
     pub reference: String,
     pub matched: u64,

@@ -98,7 +98,7 @@ impl VerifyOptions {
 
 /// What `pipeline verify` found. Kept beside a local dataset in `<dataset>.verify.json`, with the results of the
 /// other versions checked.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerifyReport {
     pub dataset: String,
     pub version: u64,
@@ -129,7 +129,7 @@ pub struct VerifyReport {
 }
 
 /// The ids: each once, and with the job, the corpus's and no other.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdFindings {
     pub column: String,
     pub distinct: u64,
@@ -155,7 +155,7 @@ pub struct IdFindings {
 }
 
 /// The sample embedded again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SampleFindings {
     pub model_dir: String,
     pub seed: u64,
@@ -188,7 +188,7 @@ pub struct SampleFindings {
 }
 
 /// The sample's rows in one band of token lengths.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StratumCheck {
     /// E.g. `33-64 tokens`, `past the 256-token limit`, or for images `1-4 megapixels`.
     pub name: String,

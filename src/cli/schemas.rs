@@ -1,0 +1,149 @@
+//! The JSON the tool writes for other programs, as JSON Schemas generated from the types that write it: the run
+//! record and fingerprint in each Lance version's metadata, the plan files, and every command's `--json`. Kept in
+//! `docs/reference/schemas/` with an index page, `docs/reference/json.md`; a test fails when a checked-in file is
+//! not what the types generate, and `scripts/reference` writes them again.
+
+use embedding_pipeline::campaign::fingerprint::Fingerprint;
+use embedding_pipeline::campaign::record::RunRecord;
+use embedding_pipeline::campaign::work_plan::WorkPlan;
+use embedding_pipeline::ops::checks::{InvarianceReport, OrderComparison};
+use embedding_pipeline::ops::compare::CompareReport;
+use embedding_pipeline::ops::cost::CostReport;
+use embedding_pipeline::ops::devices::Devices;
+use embedding_pipeline::ops::evaluate::EvaluateReport;
+use embedding_pipeline::ops::image_plan::ImagePlan;
+use embedding_pipeline::ops::image_probe::ImageProbeReport;
+use embedding_pipeline::ops::inspect::DatasetReport;
+use embedding_pipeline::ops::lineage::LineageReport;
+use embedding_pipeline::ops::maintain::{BuiltIndex, OptimizeReport};
+use embedding_pipeline::ops::plan::Planned;
+use embedding_pipeline::ops::probe::ProbeReport;
+use embedding_pipeline::ops::trial::Trial;
+use embedding_pipeline::ops::verify::VerifyReport;
+use schemars::{JsonSchema, Schema, schema_for};
+
+/// Where the schemas are kept, from the repository's root.
+pub const SCHEMA_DIR: &str = "docs/reference/schemas";
+/// The page that says which schema is which.
+pub const JSON_PAGE: &str = "docs/reference/json.md";
+
+/// One JSON document the tool writes: its schema's file name, where a user finds it, and its schema.
+pub struct Output {
+    pub file: &'static str,
+    pub where_: &'static str,
+    pub schema: Schema,
+}
+
+fn output<T: JsonSchema>(file: &'static str, where_: &'static str) -> Output {
+    Output { file, where_, schema: schema_for!(T) }
+}
+
+/// Every JSON document the tool writes for other programs, in the page's order. `pipeline search --json` is left
+/// out: its rows are the dataset's own columns.
+pub fn outputs() -> Vec<Output> {
+    vec![
+        output::<RunRecord>(
+            "run-record.json",
+            "`embedding_pipeline.run`, a transaction property of each Lance version a write commits (pylance: \
+             `ds.read_transaction(v).transaction_properties`); `pipeline inspect --json`'s `versions[].run`",
+        ),
+        output::<Fingerprint>(
+            "fingerprint.json",
+            "`embedding_pipeline.fingerprint` in the Lance dataset's schema metadata (pylance: \
+             `ds.schema.metadata[b\"embedding_pipeline.fingerprint\"]`); `pipeline inspect --json`'s `fingerprint`",
+        ),
+        output::<Vec<Planned>>("plan.json", "`pipeline plan --json`: one plan per write of the job"),
+        output::<WorkPlan>("work-plan.json", "`<output>.plan/plan.json`; `pipeline inspect <output>.plan --json`"),
+        output::<ImagePlan>(
+            "image-plan.json",
+            "`<output>.plan/images.json` for an image write; `pipeline inspect <output>.plan --json`",
+        ),
+        output::<ProbeReport>("probe.json", "`pipeline probe --json` for a text write"),
+        output::<ImageProbeReport>("image-probe.json", "`pipeline probe --json` for an image write"),
+        output::<Trial>(
+            "trial.json",
+            "`pipeline trial --json`, and the `trial.json` it writes (`kind`: texts or images)",
+        ),
+        output::<CostReport>("cost.json", "`pipeline cost --json`"),
+        output::<VerifyReport>("verify.json", "`pipeline verify --json`"),
+        output::<EvaluateReport>("evaluate.json", "`pipeline evaluate --json`"),
+        output::<DatasetReport>("inspect.json", "`pipeline inspect DATASET --json`"),
+        output::<LineageReport>("lineage-report.json", "`pipeline lineage --json`"),
+        output::<CompareReport>("compare.json", "`pipeline compare --json`"),
+        output::<OrderComparison>("compare-order.json", "`pipeline compare-order --json`"),
+        output::<InvarianceReport>("invariance.json", "`pipeline invariance --json`"),
+        output::<Devices>("devices.json", "`pipeline devices --json`"),
+        output::<BuiltIndex>("index.json", "`pipeline index --json`"),
+        output::<OptimizeReport>("optimize.json", "`pipeline optimize --json`"),
+    ]
+}
+
+/// A schema's file: pretty JSON and a final newline.
+pub fn schema_file(output: &Output) -> String {
+    format!("{}\n", serde_json::to_string_pretty(&output.schema).unwrap_or_default())
+}
+
+/// The index page: each schema's file and where its JSON is found.
+pub fn json_page() -> String {
+    let mut page = String::from(
+        "# JSON reference\n\n\
+         The JSON the tool writes for other programs, each as a [JSON Schema](https://json-schema.org) generated from \
+         the type that writes it (its descriptions are the code's own). Generated by `scripts/reference`; a test fails \
+         when a file here is not what the code generates, so do not edit them by hand. Fields may be added in later \
+         versions; a reader should ignore those it does not know. `pipeline search --json` is not here: its rows are \
+         the dataset's own columns.\n\n\
+         | schema | the JSON it describes |\n|---|---|\n",
+    );
+    for o in outputs() {
+        page.push_str(&format!("| [{}](schemas/{}) | {} |\n", o.file, o.file, o.where_));
+    }
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every schema and the page are the ones checked in; `PIPELINE_WRITE_REFERENCE=1` (`scripts/reference`)
+    /// writes them instead.
+    #[test]
+    fn the_json_reference_is_what_the_types_say() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<(String, String)> =
+            outputs().iter().map(|o| (format!("{SCHEMA_DIR}/{}", o.file), schema_file(o))).collect();
+        files.push((JSON_PAGE.to_string(), json_page()));
+        if std::env::var_os("PIPELINE_WRITE_REFERENCE").is_some() {
+            std::fs::create_dir_all(root.join(SCHEMA_DIR)).unwrap();
+            for (path, text) in &files {
+                std::fs::write(root.join(path), text).unwrap();
+            }
+        }
+        let kept: Vec<String> = std::fs::read_dir(root.join(SCHEMA_DIR))
+            .map(|d| d.flatten().map(|e| format!("{SCHEMA_DIR}/{}", e.file_name().to_string_lossy())).collect())
+            .unwrap_or_default();
+        for path in &kept {
+            assert!(files.iter().any(|(p, _)| p == path), "{path} is no longer generated: remove it");
+        }
+        for (path, text) in &files {
+            if let Some(line) = super::super::reference::first_difference(path, text) {
+                panic!("{path} is not what the code generates from line {line}: run scripts/reference and commit it");
+            }
+        }
+        // A field added without writing the schema again is caught.
+        let record = &files[0];
+        let added = record.1.replacen("\"properties\": {", "\"properties\": {\n    \"new_field\": {},", 1);
+        assert_ne!(added, record.1);
+        assert!(super::super::reference::first_difference(&record.0, &added).is_some());
+    }
+
+    /// The run record's schema names what a reader needs, with the code's descriptions.
+    #[test]
+    fn the_run_record_schema_describes_its_fields() {
+        let schema = serde_json::to_value(schema_for!(RunRecord)).unwrap();
+        let properties = schema["properties"].as_object().unwrap();
+        for field in ["rows_written", "useful_tokens", "processed_tokens", "device"] {
+            assert!(properties.contains_key(field), "{field}: {:?}", properties.keys().collect::<Vec<_>>());
+        }
+        assert!(properties.values().filter(|p| p.get("description").is_some()).count() > properties.len() / 2);
+    }
+}
