@@ -9,7 +9,9 @@ writes into DIR (nothing is downloaded again when DIR already holds them):
 - debian_desc_ja.jsonl: the descriptions translated to Japanese (`Translation-ja.bz2`), with the English ids.
 - fortunes_en.jsonl: the cookies of Debian's `fortunes` package (fortune-mod 1.99.1-7.3, BSD), id = the
   fortune file's name and the cookie's position in it; a cookie repeated word for word is kept once.
-- SHA256SUMS: the three files' digests, which benches/run.sh prints into each section it writes.
+- SHA256SUMS: the three files' digests (benches/run.sh prints one into each section it writes), and MADE-BY:
+  this script's format and the sources' digests. A folder whose files no longer match them is made again; a
+  folder holding such files that this script did not make is refused, not overwritten.
 
 Only the Python standard library and deb.debian.org, a package registry. The fortunes package is pinned by
 its SHA-256. The Translation files of a stable release change with its point releases (a few descriptions
@@ -24,6 +26,7 @@ import lzma
 import os
 import sys
 import tarfile
+import urllib.error
 import urllib.request
 
 ARCHIVE = "http://deb.debian.org/debian"
@@ -36,13 +39,19 @@ TRANSLATIONS = {
 FORTUNES = ("pool/main/f/fortune-mod/fortunes_1.99.1-7.3_all.deb",
             "41d0551dc0ff52f875a2ecef7c39da2f672ab468c37e170119f7e0245a9d63c5")
 NAMES = ("debian_desc_en.jsonl", "debian_desc_ja.jsonl", "fortunes_en.jsonl")
+# Changes when what the corpora hold changes (the parsing, a source), so that a cached folder is made again.
+FORMAT = 1
 
 
 def download(path, expected=None, pinned=False):
     url = f"{ARCHIVE}/{path}"
     print(f"corpora: downloading {url}", file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=120) as response:
-        body = response.read()
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response:
+            body = response.read()
+    except (urllib.error.URLError, OSError) as e:
+        sys.exit(f"corpora: cannot download {url}: {e}. The corpora come from Debian's archive; where it cannot "
+                 "be reached, copy a folder this script made and point BENCH_CORPORA at it")
     digest = hashlib.sha256(body).hexdigest()
     if expected and digest != expected:
         if pinned:
@@ -110,21 +119,50 @@ def write(folder, name, docs):
     return hashlib.sha256(body).hexdigest()
 
 
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def made_here(folder):
+    """Whether `folder` holds the corpora this script (this format) made, unchanged since."""
+    try:
+        made = open(os.path.join(folder, "MADE-BY")).read().split()
+        sums = dict(reversed(line.split()) for line in open(os.path.join(folder, "SHA256SUMS")))
+    except (OSError, ValueError):
+        return False
+    return made[:2] == ["corpora.py", f"format-{FORMAT}"] and all(
+        os.path.exists(os.path.join(folder, n)) and sums.get(n) == sha256(os.path.join(folder, n)) for n in NAMES)
+
+
 def main(folder):
     os.makedirs(folder, exist_ok=True)
-    sums = os.path.join(folder, "SHA256SUMS")
-    if os.path.exists(sums) and all(os.path.exists(os.path.join(folder, n)) for n in NAMES):
+    if made_here(folder):
         return
-    digests = {}
+    made_by, sums = os.path.join(folder, "MADE-BY"), os.path.join(folder, "SHA256SUMS")
+    foreign = [n for n in NAMES if os.path.exists(os.path.join(folder, n))]
+    if foreign and not (os.path.exists(made_by) or os.path.exists(sums)):
+        sys.exit(f"corpora: {folder} holds {', '.join(foreign)} that this script did not make; "
+                 "give it an empty folder (BENCH_CORPORA)")
+    for stale in (made_by, sums):
+        if os.path.exists(stale):
+            os.remove(stale)
+    digests, sources = {}, []
     for lang in ("en", "ja"):
         path, decompress, expected = TRANSLATIONS[lang]
-        text = decompress(download(path, expected)).decode("utf-8")
+        body = download(path, expected)
+        sources.append(f"{hashlib.sha256(body).hexdigest()} {path}")
+        text = decompress(body).decode("utf-8")
         digests[f"debian_desc_{lang}.jsonl"] = write(folder, f"debian_desc_{lang}.jsonl", descriptions(text, lang))
-    digests["fortunes_en.jsonl"] = write(folder, "fortunes_en.jsonl",
-                                         fortunes(download(FORTUNES[0], FORTUNES[1], pinned=True)))
+    deb = download(FORTUNES[0], FORTUNES[1], pinned=True)
+    sources.append(f"{FORTUNES[1]} {FORTUNES[0]}")
+    digests["fortunes_en.jsonl"] = write(folder, "fortunes_en.jsonl", fortunes(deb))
     with open(sums + ".part", "w") as f:
         f.writelines(f"{digests[n]}  {n}\n" for n in NAMES)
     os.replace(sums + ".part", sums)
+    with open(made_by + ".part", "w") as f:
+        f.write(f"corpora.py format-{FORMAT}\n" + "".join(f"{s}\n" for s in sources))
+    os.replace(made_by + ".part", made_by)
 
 
 if __name__ == "__main__":

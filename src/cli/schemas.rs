@@ -62,7 +62,8 @@ pub fn outputs() -> Vec<Output> {
         output::<ImageProbeReport>("image-probe.json", "`pipeline probe --json` for an image write"),
         output::<Trial>(
             "trial.json",
-            "`pipeline trial --json`, and the `trial.json` it writes (`kind`: texts or images)",
+            "`pipeline trial --json`, and the `trial.json` it saves (an image trial's has `\"kind\": \"images\"`; a text \
+             trial's has no `kind`)",
         ),
         output::<CostReport>("cost.json", "`pipeline cost --json`"),
         output::<VerifyReport>("verify.json", "`pipeline verify --json`"),
@@ -71,7 +72,7 @@ pub fn outputs() -> Vec<Output> {
         output::<LineageReport>("lineage-report.json", "`pipeline lineage --json`"),
         output::<CompareReport>("compare.json", "`pipeline compare --json`"),
         output::<OrderComparison>("compare-order.json", "`pipeline compare-order --json`"),
-        output::<InvarianceReport>("invariance.json", "`pipeline invariance --json`"),
+        output::<InvarianceReport>("invariance.json", "`pipeline check-invariance --json`"),
         output::<Devices>("devices.json", "`pipeline devices --json`"),
         output::<BuiltIndex>("index.json", "`pipeline index --json`"),
         output::<OptimizeReport>("optimize.json", "`pipeline optimize --json`"),

@@ -234,6 +234,11 @@ async fn a_folder_is_a_table_of_paths_and_bad_images_are_named_by_id_or_skipped(
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(bands, ["under 0.25 megapixels", "0.25-1 megapixels", "1-4 megapixels"], "{sample}");
+    // What the image commands print is what their schemas say (docs/reference/schemas/).
+    let trial = std::fs::read_to_string(dir.join("t/a.json")).unwrap();
+    let (plan, probe, report) = (plan.to_string(), probe.to_string(), report.to_string());
+    let documents = [("image-plan", plan.as_str()), ("image-probe", &probe), ("trial", &trial), ("verify", &report)];
+    super::json_schemas::assert_matches_schemas(dir, &documents);
     // The campaign's page counts images, not tokens.
     let o = pipeline(&["report", "folder.lance", "-o", "folder.html", "--trial", "t/a.json"], dir);
     assert!(o.status.success(), "{:?}", text(&o));
@@ -442,6 +447,8 @@ async fn trial_and_cost(dir: &Path, reference: &HashMap<String, Vec<f32>>) {
     let want = f(&row["cost"]) / (reference.len() as f64 / 1e6);
     assert!((f(&row["per_million_images"]) - want).abs() < 1e-9 * want.max(1.0), "{cost}");
     assert_eq!((&cost["images"], &row["per_million_tokens"]), (&reference.len().into(), &serde_json::Value::Null));
+    let (b, cost) = (b.to_string(), cost.to_string());
+    super::json_schemas::assert_matches_schemas(dir, &[("trial", &b), ("cost", &cost)]);
 
     // A shape users write: a window over the rows; the sample's ids are kept under the window, before embed_image().
     let window = "SET embed.model = 'model';\nCOPY (SELECT id, embed_image(path, id) AS embedding, row_number() OVER \
