@@ -178,12 +178,23 @@ fn print_report(r: &TrialReport, save: &Path, printer: Printer) {
     if let Some(t) = r.plan_seconds {
         out!(printer, "  a run without a plan also counts the corpus first: planning took {t:.1} s here");
     }
+    print_ending(&s.set, r.comparison.as_ref(), save, &r.vectors, printer);
+}
+
+/// A trial's last lines, either kind's: the SET lines to run with, the comparison, and where it was saved.
+fn print_ending(
+    set: &[String],
+    comparison: Option<&embedding_pipeline::ops::trial::Comparison>,
+    save: &Path,
+    vectors: &str,
+    printer: Printer,
+) {
     out!(printer, "  run the campaign with:");
-    for line in &s.set {
+    for line in set {
         out!(printer, "    {line}");
     }
-    print_comparison(r.comparison.as_ref(), printer);
-    out!(printer, "saved {} (vectors: {})", save.display(), r.vectors);
+    print_comparison(comparison, printer);
+    out!(printer, "saved {} (vectors: {})", save.display(), vectors);
 }
 
 /// The sample's vectors against the reference's, when one was given.
@@ -293,10 +304,5 @@ fn print_images(r: &ImageTrialReport, save: &Path, printer: Printer) {
     if let Some(t) = r.plan_seconds {
         out!(printer, "  the trial read every image's header first: {t:.1} s here (pipeline plan does it beforehand)");
     }
-    out!(printer, "  run the campaign with:");
-    for line in &s.set {
-        out!(printer, "    {line}");
-    }
-    print_comparison(r.comparison.as_ref(), printer);
-    out!(printer, "saved {} (vectors: {})", save.display(), r.vectors);
+    print_ending(&s.set, r.comparison.as_ref(), save, &r.vectors, printer);
 }

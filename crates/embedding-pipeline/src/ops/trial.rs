@@ -128,21 +128,17 @@ pub struct WarmUp {
 }
 
 impl TrialReport {
-    /// A saved trial.
+    /// A saved trial of a text write ([`Trial::read`] reads either kind).
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::file(format!("cannot read trial {}", path.display()), e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Refused(format!(
-                "{} is not a trial.json this version can read ({e}); run pipeline trial again",
-                path.display()
-            ))
-        })
+        match Trial::read(path)? {
+            Trial::Texts(t) => Ok(*t),
+            Trial::Images(_) => Err(Error::Refused(format!("{} is an image write's trial", path.display()))),
+        }
     }
 
     /// Why the trial's vectors do not match the reference, when a reference was given and they do not.
     pub fn mismatch(&self) -> Option<String> {
-        let c = self.comparison.as_ref().filter(|c| !c.passed)?;
-        Some(format!("the trial's vectors do not match {}: {}", c.reference, c.failures.join("; ")))
+        self.comparison.as_ref()?.mismatch()
     }
 }
 
@@ -234,8 +230,7 @@ impl Trial {
 
     /// Why the trial's vectors do not match the reference, when a reference was given and they do not.
     pub fn mismatch(&self) -> Option<String> {
-        let c = self.comparison().filter(|c| !c.passed)?;
-        Some(format!("the trial's vectors do not match {}: {}", c.reference, c.failures.join("; ")))
+        self.comparison()?.mismatch()
     }
 }
 

@@ -84,6 +84,14 @@ pub struct Comparison {
     pub failures: Vec<String>,
 }
 
+impl Comparison {
+    /// Why the trial's vectors do not match the reference, when they do not.
+    pub fn mismatch(&self) -> Option<String> {
+        (!self.passed)
+            .then(|| format!("the trial's vectors do not match {}: {}", self.reference, self.failures.join("; ")))
+    }
+}
+
 /// The times of the sample's write: its start, its first model call, each embedded chunk's end (seconds since
 /// the first call) with the useful tokens and images embedded so far, and its end.
 pub(crate) struct Timed {
