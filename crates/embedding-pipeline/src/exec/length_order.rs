@@ -10,7 +10,9 @@
 //!   each call finishes), without the count column:
 //!   - with `embed.order_window = N`, it orders N rows at a time itself, or fewer when they reach
 //!     [`WINDOW_BYTES`] or the session's memory pool (`datafusion.runtime.memory_limit`) refuses more
-//!     (memory: the window being filled, one ordered window waiting, and the one being passed on). The next
+//!     (memory: the window being filled and the one being passed on, each held once, in the batches its rows
+//!     came in: ordering a window sorts its rows' places, not the rows, and each call's rows are copied out as
+//!     it is sent). The next
 //!     window fills while the last one's calls run, so the model does not wait for it, and the first windows
 //!     are small ([`FIRST_WINDOW_ROWS`], doubling up to N), so the first model call starts within a second
 //!     whatever the corpus's size, on a start and on a resume;
@@ -21,7 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, BinaryBuilder, RecordBatch, RecordBatchOptions, UInt32Array};
-use datafusion::arrow::compute::{SortOptions, concat_batches, take};
+use datafusion::arrow::compute::{SortOptions, concat_batches, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{Result, exec_datafusion_err};
@@ -384,27 +386,49 @@ struct Job {
     schema: SchemaRef,
 }
 
-/// An ordered window on its way to be cut into calls, and the memory it holds in the session's pool.
-type Window = (RecordBatch, MemoryReservation);
+/// Rows ordered longest first without being copied: the batches they arrived in, and each row's place as
+/// (batch, row) in the order they go out (ties in input order). Each model call's rows are copied out of them
+/// as it is sent, so a window's rows are held once, and only until its last call is sent.
+struct Window {
+    batches: Vec<RecordBatch>,
+    order: Vec<(usize, usize)>,
+    /// The memory the rows hold in the session's pool, given back when the window is dropped.
+    _held: MemoryReservation,
+}
+
+impl Window {
+    /// `batches` (each ending in [`TOKEN_COUNT`]) ordered longest first, ties in input order.
+    fn of(batches: Vec<RecordBatch>, held: MemoryReservation) -> Self {
+        let mut order: Vec<(usize, usize)> =
+            batches.iter().enumerate().flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r))).collect();
+        order.sort_by_key(|&(b, r)| std::cmp::Reverse(counts(&batches[b]).value(r)));
+        Self { batches, order, _held: held }
+    }
+}
 
 impl Job {
     /// Rows that arrive sorted longest first: every call but the last of what is held is complete; the last
     /// waits for the rows that may still join it.
     async fn run_sorted(self, mut input: SendableRecordBatchStream, tx: Sender) -> Result<()> {
-        let mut held: Vec<RecordBatch> = Vec::new();
+        let mut held: Option<RecordBatch> = None;
         while let Some(batch) = input.next().await {
             let batch = batch?;
             if batch.num_rows() == 0 {
                 continue;
             }
-            held.push(batch);
-            let all = concat_batches(&held[0].schema(), &held)?;
-            let Some(rest) = self.emit_calls(&all, false, &tx).await? else { return Ok(()) };
-            held = vec![rest];
+            let all = match held.take() {
+                Some(rest) => concat_batches(&rest.schema(), [&rest, &batch])?,
+                None => batch,
+            };
+            let in_order: Vec<(usize, usize)> = (0..all.num_rows()).map(|r| (0, r)).collect();
+            let Some(sent) = self.emit_calls(std::slice::from_ref(&all), &in_order, false, &tx).await? else {
+                return Ok(());
+            };
+            held = Some(all.slice(sent, all.num_rows() - sent));
         }
-        if !held.is_empty() {
-            let all = concat_batches(&held[0].schema(), &held)?;
-            self.emit_calls(&all, true, &tx).await?;
+        if let Some(all) = held.filter(|b| b.num_rows() > 0) {
+            let in_order: Vec<(usize, usize)> = (0..all.num_rows()).map(|r| (0, r)).collect();
+            self.emit_calls(std::slice::from_ref(&all), &in_order, true, &tx).await?;
         }
         Ok(())
     }
@@ -422,48 +446,65 @@ impl Job {
         // Stopped when dropped: on an error, or when the consumer went away.
         let filling = SpawnedTask::spawn(fill_windows(input, window, reservation, windows_tx));
         while let Some(next) = windows.recv().await {
-            let (sorted, _held) = next?;
-            if self.emit_calls(&sorted, true, &tx).await?.is_none() {
+            let window = next?;
+            if self.emit_calls(&window.batches, &window.order, true, &tx).await?.is_none() {
                 return Ok(());
             }
         }
         // The windows ran out: a task that failed (a panic) must not pass for the end of the input.
         filling.join().await.map_err(|e| exec_datafusion_err!("ordering the rows by length failed: {e}"))
     }
-    /// Send the rows of `sorted` (longest first) as batches of one model call each, cut as `embed` will
-    /// cut them, each copied out so that it holds only its own rows, without [`TOKEN_COUNT`]. Unless
-    /// `last`, the last call's rows are not sent but given back, to be joined by the rows that follow.
-    /// `None` when the consumer is gone.
-    async fn emit_calls(&self, sorted: &RecordBatch, last: bool, tx: &Sender) -> Result<Option<RecordBatch>> {
-        let lengths: Vec<usize> = counts(sorted).values().iter().map(|n| *n as usize).collect();
+
+    /// Send the rows of `batches` in `order` (longest first) as batches of one model call each, cut as `embed`
+    /// will cut them, each copied out so that it holds only its own rows, without [`TOKEN_COUNT`]. Unless
+    /// `last`, the last call's rows are not sent but left to be joined by the rows that follow. The number of
+    /// rows sent, or `None` when the consumer is gone.
+    async fn emit_calls(
+        &self,
+        batches: &[RecordBatch],
+        order: &[(usize, usize)],
+        last: bool,
+        tx: &Sender,
+    ) -> Result<Option<usize>> {
+        let lengths: Vec<usize> = order.iter().map(|&(b, r)| counts(&batches[b]).value(r) as usize).collect();
         let calls = plan_batches(&lengths, self.settings.batch_tokens, self.settings.max_batch_rows);
-        let without = sorted.project(&(0..sorted.num_columns() - 1).collect::<Vec<_>>())?;
         let mut at = 0;
         for (i, call) in calls.iter().enumerate() {
             let n = call.rows.len();
             if !last && i + 1 == calls.len() {
-                return Ok(Some(sorted.slice(at, n)));
+                return Ok(Some(at));
             }
             // On rows already longest first, the calls are consecutive runs of them.
-            let rows = UInt32Array::from_iter_values(at as u32..(at + n) as u32);
+            let batch = self.rows_of(batches, &order[at..at + n])?;
             at += n;
-            let batch = take_rows(&without, &rows)?;
-            let batch = RecordBatch::try_new_with_options(
-                Arc::clone(&self.schema),
-                batch.columns().to_vec(),
-                &RecordBatchOptions::new().with_row_count(Some(n)),
-            )?;
             if tx.send(compact_views(batch)).await.is_err() {
                 return Ok(None);
             }
         }
-        Ok(Some(sorted.slice(sorted.num_rows(), 0)))
+        Ok(Some(at))
+    }
+
+    /// The rows at `places` ((batch, row) in `batches`), copied into one batch of the output schema: every
+    /// column but [`TOKEN_COUNT`]. Unlike arrow's `interleave_record_batch`, also for rows of no columns (a
+    /// query of constants, `SELECT 'a' AS id, embed('x')`, reaches the ordering stage as rows of no columns).
+    fn rows_of(&self, batches: &[RecordBatch], places: &[(usize, usize)]) -> Result<RecordBatch> {
+        let columns = (0..self.schema.fields().len())
+            .map(|c| {
+                let arrays: Vec<&dyn datafusion::arrow::array::Array> =
+                    batches.iter().map(|b| b.column(c).as_ref()).collect();
+                interleave(&arrays, places)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(places.len()));
+        Ok(RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?)
     }
 }
 
 /// Read `input` into windows of [`FIRST_WINDOW_ROWS`] rows, then twice as many each time up to `window` rows (or
 /// fewer, when they reach [`WINDOW_BYTES`] or the memory pool refuses more; a window's first batch is always
-/// taken), each ordered longest first (ties keep input order) and sent to `out` with the memory it holds.
+/// taken), each ordered longest first (ties keep input order) and sent to `out` with the memory it holds. A
+/// window keeps the batches its rows arrived in (the one that crosses its end is sliced, the two parts sharing
+/// their buffers) and is never copied whole: its rows are copied out call by call.
 ///
 /// A window is filled only while `out` has room for it (a permit taken before its rows are read): with the
 /// channel's one slot, at most two windows are alive, the one being embedded and the next, whatever the corpus's
@@ -498,7 +539,7 @@ async fn fill_windows(
         let batch_size = batch_bytes(&batch);
         if rows > 0 && (bytes + batch_size > WINDOW_BYTES || reservation.try_grow(batch_size).is_err()) {
             if let Some(permit) = slot.take() {
-                permit.send(ordered(std::mem::take(&mut held), &mut reservation));
+                permit.send(Ok(Window::of(std::mem::take(&mut held), reservation.take())));
             }
             let Ok(permit) = out.reserve().await else { return };
             slot = Some(permit);
@@ -511,28 +552,15 @@ async fn fill_windows(
         (rows, bytes) = (rows + batch.num_rows(), bytes + batch_size);
         held.push(batch);
         while rows >= size {
-            let all = match concat_batches(&held[0].schema(), &held) {
-                Ok(all) => all,
-                Err(e) => {
-                    if let Some(permit) = slot.take() {
-                        permit.send(Err(e.into()));
-                    }
-                    return;
-                }
-            };
-            held.clear();
-            let rest = all.slice(size, rows - size);
-            let rest_bytes = batch_bytes(&rest);
+            let rest = split_off_rows(&mut held, size);
+            let rest_bytes: usize = rest.iter().map(batch_bytes).sum();
             // The memory held travels with the window; the rows left over are counted here again until the window
             // is passed on (an overestimate, never an underestimate).
             let taken = reservation.take();
             reservation.grow(rest_bytes);
-            let sorted = order(&all.slice(0, size));
-            drop(all);
             let Some(permit) = slot.take() else { return };
-            permit.send(sorted.map(|s| (s, taken)));
-            (rows, bytes) = (rest.num_rows(), rest_bytes);
-            held = vec![rest];
+            permit.send(Ok(Window::of(std::mem::replace(&mut held, rest), taken)));
+            (rows, bytes) = (held.iter().map(RecordBatch::num_rows).sum(), rest_bytes);
             size = (size * 2).min(window);
             let Ok(permit) = out.reserve().await else { return };
             slot = Some(permit);
@@ -541,24 +569,27 @@ async fn fill_windows(
     if let Some(permit) = slot.take()
         && !held.is_empty()
     {
-        permit.send(ordered(held, &mut reservation));
+        permit.send(Ok(Window::of(held, reservation.take())));
     }
 }
 
-/// The rows `held`, ordered, with the memory they hold; nothing is kept of `held` itself.
-fn ordered(held: Vec<RecordBatch>, reservation: &mut MemoryReservation) -> Result<Window> {
-    let Some(first) = held.first() else { return Err(exec_datafusion_err!("an empty window")) };
-    let all = concat_batches(&first.schema(), &held);
-    drop(held);
-    all.map_err(Into::into).and_then(|all| order(&all)).map(|s| (s, reservation.take()))
-}
-
-/// A window's rows ordered longest first, ties in input order.
-fn order(all: &RecordBatch) -> Result<RecordBatch> {
-    let lengths = counts(all);
-    let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
-    order.sort_by_key(|i| std::cmp::Reverse(lengths.value(*i as usize)));
-    take_rows(all, &UInt32Array::from(order))
+/// Keep the first `n` rows in `held` (slicing the batch that crosses row `n`), and return the rows after them.
+fn split_off_rows(held: &mut Vec<RecordBatch>, n: usize) -> Vec<RecordBatch> {
+    let mut kept = 0;
+    for (i, batch) in held.iter().enumerate() {
+        if kept + batch.num_rows() > n {
+            let inside = n - kept;
+            let mut rest = held.split_off(i);
+            let crossing = rest[0].clone();
+            rest[0] = crossing.slice(inside, crossing.num_rows() - inside);
+            if inside > 0 {
+                held.push(crossing.slice(0, inside));
+            }
+            return rest;
+        }
+        kept += batch.num_rows();
+    }
+    Vec::new()
 }
 
 /// The [`TOKEN_COUNT`] column (the last) of a batch.
@@ -566,10 +597,96 @@ fn counts(batch: &RecordBatch) -> &datafusion::arrow::array::PrimitiveArray<UInt
     batch.column(batch.num_columns() - 1).as_primitive::<UInt32Type>()
 }
 
-/// `batch`'s rows at `indices`. Unlike arrow's `take_record_batch`, also for a batch without columns (a
-/// query of constants, `SELECT 'a' AS id, embed('x')`, reaches the ordering stage as rows of no columns).
-fn take_rows(batch: &RecordBatch, indices: &UInt32Array) -> Result<RecordBatch> {
-    let columns = batch.columns().iter().map(|c| take(c, indices, None)).collect::<Result<Vec<_>, _>>()?;
-    let options = RecordBatchOptions::new().with_row_count(Some(indices.len()));
-    Ok(RecordBatch::try_new_with_options(batch.schema(), columns, &options)?)
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::StringArray;
+    use datafusion::execution::memory_pool::{MemoryPool, UnboundedMemoryPool};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+
+    use super::*;
+
+    /// Batches of (text, token count) rows, texts naming their batch and row.
+    fn batches(counts: &[&[u32]]) -> Vec<RecordBatch> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("text", DataType::Utf8, false),
+            Field::new(TOKEN_COUNT, DataType::UInt32, false),
+        ]));
+        let batch = |(b, counts): (usize, &&[u32])| {
+            let texts: StringArray = (0..counts.len()).map(|r| Some(format!("b{b}r{r}"))).collect();
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(texts), Arc::new(UInt32Array::from(counts.to_vec()))],
+            )
+            .unwrap()
+        };
+        counts.iter().enumerate().map(batch).collect()
+    }
+
+    async fn windows_of(input: Vec<RecordBatch>, window: usize) -> Vec<Window> {
+        let schema = input[0].schema();
+        let stream = Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::iter(input.into_iter().map(Ok))));
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let reservation = MemoryConsumer::new("test").register(&pool);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let filling = tokio::spawn(fill_windows(stream, window, reservation, tx));
+        let mut out = Vec::new();
+        while let Some(w) = rx.recv().await {
+            out.push(w.unwrap());
+        }
+        filling.await.unwrap();
+        out
+    }
+
+    fn texts_in_order(w: &Window) -> Vec<String> {
+        w.order.iter().map(|&(b, r)| w.batches[b].column(0).as_string::<i32>().value(r).to_string()).collect()
+    }
+
+    /// The address of a batch's text bytes: the same for a batch and any slice of it.
+    fn text_bytes(batch: &RecordBatch) -> *const u8 {
+        batch.column(0).to_data().buffers()[1].as_ptr()
+    }
+
+    #[tokio::test]
+    async fn a_window_orders_its_rows_longest_first_ties_in_input_order_without_copying_them() {
+        let input = batches(&[&[3, 1, 3, 2, 3], &[1, 3, 2, 2, 1], &[3, 3, 1, 2, 2]]);
+        let windows = windows_of(input.clone(), 8).await;
+        assert_eq!(windows.len(), 2, "8 rows, then the 7 left");
+        assert_eq!(
+            texts_in_order(&windows[0]),
+            ["b0r0", "b0r2", "b0r4", "b1r1", "b0r3", "b1r2", "b0r1", "b1r0"],
+            "the first 8 rows (the second batch cut after its third), longest first, ties in input order"
+        );
+        assert_eq!(texts_in_order(&windows[1]), ["b2r0", "b2r1", "b1r3", "b2r3", "b2r4", "b1r4", "b2r2"]);
+        // The rows stay in the batches they came in (the one cut in two shared by both windows), never copied.
+        let held: Vec<*const u8> = windows.iter().flat_map(|w| w.batches.iter().map(text_bytes)).collect();
+        let given: Vec<*const u8> = input.iter().map(text_bytes).collect();
+        assert_eq!(held, [given[0], given[1], given[1], given[2]]);
+    }
+
+    #[tokio::test]
+    async fn one_batch_longer_than_several_windows_is_cut_into_each_of_them() {
+        let lengths: Vec<u32> = (0..5000).map(|i| (i % 7) as u32).collect();
+        let windows = windows_of(batches(&[&lengths]), 65_536).await;
+        let sizes: Vec<usize> = windows.iter().map(|w| w.order.len()).collect();
+        assert_eq!(sizes, [FIRST_WINDOW_ROWS, 2 * FIRST_WINDOW_ROWS, 5000 - 3 * FIRST_WINDOW_ROWS]);
+        for w in &windows {
+            let lengths: Vec<u32> = w.order.iter().map(|&(b, r)| counts(&w.batches[b]).value(r)).collect();
+            assert!(lengths.is_sorted_by(|a, b| a >= b), "longest first: {lengths:?}");
+        }
+    }
+
+    #[test]
+    fn splitting_off_rows_cuts_the_batch_that_crosses_the_point_and_keeps_whole_batches_whole() {
+        let all = batches(&[&[1, 1, 1], &[1, 1, 1], &[1, 1]]);
+        let rows = |held: &[RecordBatch]| held.iter().map(RecordBatch::num_rows).collect::<Vec<_>>();
+        let mut held = all.clone();
+        let rest = split_off_rows(&mut held, 4);
+        assert_eq!((rows(&held), rows(&rest)), (vec![3, 1], vec![2, 2]));
+        let mut held = all.clone();
+        let rest = split_off_rows(&mut held, 6);
+        assert_eq!((rows(&held), rows(&rest)), (vec![3, 3], vec![2]), "at a batch's end, nothing is cut");
+        let mut held = all;
+        assert!(split_off_rows(&mut held, 8).is_empty());
+        assert_eq!(rows(&held), [3, 3, 2]);
+    }
 }
