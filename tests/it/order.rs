@@ -132,16 +132,16 @@ async fn a_window_the_memory_limit_will_not_hold_is_passed_on_early_and_every_ro
 }
 
 #[tokio::test]
-async fn the_first_window_is_small_and_each_next_one_twice_the_last_up_to_the_option() {
+async fn the_first_window_is_small_and_each_next_one_four_times_the_last_up_to_the_option() {
     let tmp = tempfile::tempdir().unwrap();
-    // At the default window (65,536 rows): 1,024 rows first, then 2,048, so the first model call waits for 1,024.
-    let s = cats_in_small_batches(tmp.path(), 3500, "").await;
+    // At the default window (65,536 rows): 1,024 rows first, then 4,096, so the first model call waits for 1,024.
+    let s = cats_in_small_batches(tmp.path(), 6000, "").await;
     let ordered = through_lance(&s, tmp.path(), "ramp", "SELECT id, k, embed(text) AS v FROM docs").await;
     let ks: Vec<i64> = strings(&ordered, "k").iter().map(|k| k.parse().unwrap()).collect();
-    assert_eq!(ks.len(), 3500);
+    assert_eq!(ks.len(), 6000);
     let rises: Vec<usize> = (1..ks.len()).filter(|&i| ks[i - 1] < ks[i]).collect();
-    assert_eq!(rises, vec![1024, 3072], "windows of 1,024, 2,048 and the 428 rows left");
-    for window in [&ks[..1024], &ks[1024..3072], &ks[3072..]] {
+    assert_eq!(rises, vec![1024, 5120], "windows of 1,024, 4,096 and the 880 rows left");
+    for window in [&ks[..1024], &ks[1024..5120], &ks[5120..]] {
         assert!(window.windows(2).all(|w| w[0] >= w[1]), "not longest first within a window: {window:?}");
     }
     // A window option below the first window's size is the size of every window.
