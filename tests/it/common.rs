@@ -119,6 +119,12 @@ pub fn write_jsonl(path: &Path, rows: &[(&str, Option<&str>)]) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
+/// The first `n` lines of the repository's fortunes corpus (`examples/data/fortunes.jsonl`).
+pub fn fortunes(n: usize) -> Vec<String> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
+    std::fs::read_to_string(corpus).unwrap().lines().take(n).map(String::from).collect()
+}
+
 /// Write the job `name` into `dir`: the default model, `extra` SET lines, `docs.jsonl` as the table `docs`,
 /// and its ids and vectors copied into `out/docs.lance`.
 pub fn docs_job(dir: &Path, name: &str, extra: &str) {

@@ -13,8 +13,7 @@ use crate::common::{pipeline, text};
 /// 300 fortunes embedded twice: whole into `out/docs.lance`, cut to 8 tokens into `out/short.lance`. Returns
 /// the (query, id) pairs: for each of the first 40 texts of 24 words or more, its second half.
 fn two_representations(dir: &Path) -> Vec<(String, String)> {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(corpus).unwrap().lines().take(300).map(String::from).collect();
+    let lines = crate::common::fortunes(300);
     std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
     docs_job(dir, "job.sql", "");
     let job = std::fs::read_to_string(dir.join("job.sql")).unwrap();

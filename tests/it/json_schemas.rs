@@ -50,8 +50,7 @@ pub fn assert_matches_schemas(dir: &Path, documents: &[(&str, &str)]) {
 fn the_commands_json_is_what_the_schemas_say() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(corpus).unwrap().lines().take(300).map(String::from).collect();
+    let lines = crate::common::fortunes(300);
     std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
     docs_job(dir, "job.sql", "");
     let pairs: Vec<String> = lines[..5]

@@ -12,8 +12,7 @@ use crate::common::{assert_text, docs_job, pipeline, python, refusal, text};
 
 /// The first `n` fortunes as `docs.jsonl`, and the job that embeds them into `out/docs.lance`, run.
 fn campaign(dir: &Path, n: usize) {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(corpus).unwrap().lines().take(n).map(String::from).collect();
+    let lines = crate::common::fortunes(n);
     std::fs::write(dir.join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
     docs_job(dir, "job.sql", "");
     for args in [&["plan", "job.sql"][..], &["run", "job.sql"]] {
@@ -260,7 +259,6 @@ fn verify_reads_the_write_into_the_dataset_whatever_its_shape() {
     assert!(v["notes"].to_string().contains("the job does not write this dataset"), "{v}");
 }
 
-/// Chromium, as scripts/setup --test-tools installs it.
 /// Ctrl-C and SIGTERM stop a verify (exit 130) with nothing saved; the results of several versions are kept
 /// side by side, an old version's check not hiding the newest's; a dataset read through a link, with a
 /// trailing slash, keeps its results beside the dataset itself, where the report on its real path finds them.
@@ -269,8 +267,7 @@ fn verify_stops_when_asked_and_keeps_each_versions_result_beside_the_real_datase
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/fortunes.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(corpus).unwrap().lines().take(120).map(String::from).collect();
+    let lines = crate::common::fortunes(120);
     docs_job(dir, "job.sql", "");
     // Two versions: 60 rows, then the corpus grown to 120 and the job run again.
     for n in [60, 120] {

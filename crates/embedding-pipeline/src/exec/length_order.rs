@@ -428,17 +428,21 @@ impl Job {
                 Some(rest) => concat_batches(&rest.schema(), [&rest, &batch])?,
                 None => batch,
             };
-            let in_order: Vec<(usize, usize)> = (0..all.num_rows()).map(|r| (0, r)).collect();
-            let Some(sent) = self.emit_calls(std::slice::from_ref(&all), &in_order, false, &tx).await? else {
-                return Ok(());
-            };
-            held = Some(all.slice(sent, all.num_rows() - sent));
+            let Some(rest) = self.emit_in_order(all, false, &tx).await? else { return Ok(()) };
+            held = Some(rest);
         }
         if let Some(all) = held.filter(|b| b.num_rows() > 0) {
-            let in_order: Vec<(usize, usize)> = (0..all.num_rows()).map(|r| (0, r)).collect();
-            self.emit_calls(std::slice::from_ref(&all), &in_order, true, &tx).await?;
+            self.emit_in_order(all, true, &tx).await?;
         }
         Ok(())
+    }
+
+    /// [`Self::emit_calls`] of `all`, whose rows are already longest first: the rows not sent (none when `last`),
+    /// or `None` when the consumer is gone.
+    async fn emit_in_order(&self, all: RecordBatch, last: bool, tx: &Sender) -> Result<Option<RecordBatch>> {
+        let in_order: Vec<(usize, usize)> = (0..all.num_rows()).map(|r| (0, r)).collect();
+        let sent = self.emit_calls(std::slice::from_ref(&all), &in_order, last, tx).await?;
+        Ok(sent.map(|n| all.slice(n, all.num_rows() - n)))
     }
 
     /// Windows of at most `window` rows: one task fills and orders them (see [`fill_windows`]) while this one
