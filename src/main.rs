@@ -10,14 +10,21 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 /// mimalloc, not the system allocator: the tokenizer allocates a few small strings and vectors per word, and on the
 /// write path malloc and free took about a fifth of the time (`perf record`, issue 52). With it a run on 2 cores was
-/// about 17% faster, and peaked about 160 MiB higher at 1,000,000 documents: freed pages go back to the system after
-/// mimalloc's short delay (handing them back at once saved that memory and cost 10% of the speed). docs/concepts/ordering-and-batches.md, *Feeding
-/// the model*.
+/// about 17% faster. Its options as the binary sets them: [`hand_freed_memory_back`].
+/// docs/concepts/ordering-and-batches.md, *Feeding the model*.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `purge_delay` option (`mi_option_purge_delay` in its C header; the Rust bindings name no constant for
+/// it). `mimalloc_options_are_where_the_binary_sets_them` checks the number against the bundled mimalloc.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Milliseconds before mimalloc hands freed pages back to the system; its own default is 1,000.
+const PURGE_DELAY_MS: std::ffi::c_long = 10;
+
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    hand_freed_memory_back();
     leave_centroids_out_of_index_statistics();
     end_quietly_on_a_closed_stdout();
     let (cli, inputs) = cli::parse();
@@ -58,6 +65,26 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Freed memory back to the system within 10 ms, in small pages, unless MIMALLOC_PURGE_DELAY or
+/// MIMALLOC_ALLOW_THP say otherwise. A run frees some 4 GB a second (the tokenizer's small strings, each call's
+/// columns) and holds under 200 MiB live, but mimalloc kept freed pages for a second and asked for transparent huge
+/// pages on its arenas, which the kernel fills to 2 MiB and pieces together again after each purge: resident memory
+/// rose to three or four times the live heap and jumped by 300 MiB at random through a run. Without both, on 2
+/// cores (near-free model, alternated runs): peak RSS 815 / 834 MiB → 526 / 521 at 1,000,000 documents, 734 / 677 /
+/// 726 → 486 / 464 / 491 at 100,000, wall time within the runs' spread. docs/concepts/ordering-and-batches.md,
+/// *Feeding the model*.
+fn hand_freed_memory_back() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // SAFETY: PR_SET_THP_DISABLE sets a flag on this process and reads no memory.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    }
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options; it reads options atomically.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    }
+}
+
 /// Lance 14 reads every IVF centroid into an index's statistics, which `index` and `inspect` ask for and use none
 /// of, and warns once per process that this default will change: a warning users cannot act on, on every later
 /// `inspect`. Its documented setting leaves them out and silences it, unless the user has set it.
@@ -84,4 +111,23 @@ fn end_quietly_on_a_closed_stdout() {
         }
         default(info);
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    /// The option number the binary sets is the bundled mimalloc's `purge_delay`: its default reads 1,000 ms
+    /// (mimalloc 3's; an option renumbered by an update would read otherwise), and it takes the binary's value.
+    #[test]
+    fn mimalloc_options_are_where_the_binary_sets_them() {
+        // SAFETY: reads and sets one of mimalloc's options.
+        unsafe {
+            if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+                assert_eq!(libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY), 1000);
+            }
+            super::hand_freed_memory_back();
+            if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+                assert_eq!(libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY), super::PURGE_DELAY_MS);
+            }
+        }
+    }
 }
