@@ -1080,7 +1080,9 @@ section_ceiling() {
       for variant in pooled states; do
         MODEL="$WORK/near-free-$variant" job "$WORK/ceiling.sql" "$WORK/ceiling.jsonl" "$WORK/ceiling.lance" "SET embed.batch_tokens = 16384"
         rm -rf "$WORK/ceiling.lance"
-        /usr/bin/time -f "%e %M" -o "$WORK/time" taskset -c "$cpus" "$PIPELINE" run "$WORK/ceiling.sql" > "$WORK/run.txt" 2>&1
+        # A failed run's own words, before the exit trap removes the folder they are in (a full disk said nothing).
+        /usr/bin/time -f "%e %M" -o "$WORK/time" taskset -c "$cpus" "$PIPELINE" run "$WORK/ceiling.sql" > "$WORK/run.txt" 2>&1 \
+          || { echo "benches/run.sh: pipeline run failed ($n documents, cpus $cpus, $variant):" >&2; tail -20 "$WORK/run.txt" >&2; exit 1; }
         echo "$tag $variant $(cat "$WORK/time") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["tokens"], d["seconds"])' "$WORK/pass.json") \
           $(python3 benches/summary_figures.py < "$WORK/run.txt")" >> "$WORK/ceiling.txt"
         rm -rf "$WORK/ceiling.lance"
