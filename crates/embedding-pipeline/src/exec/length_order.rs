@@ -409,7 +409,8 @@ impl Window {
     fn of(batches: Vec<RecordBatch>, held: MemoryReservation) -> Self {
         let mut order: Vec<(usize, usize)> =
             batches.iter().enumerate().flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r))).collect();
-        order.sort_by_key(|&(b, r)| std::cmp::Reverse(counts(&batches[b]).value(r)));
+        let lengths: Vec<&[u32]> = batches.iter().map(|batch| counts(batch).values().as_ref()).collect();
+        order.sort_by_key(|&(b, r)| std::cmp::Reverse(lengths[b][r]));
         Self { batches, order, _held: held }
     }
 }
@@ -478,7 +479,8 @@ impl Job {
         last: bool,
         tx: &Sender,
     ) -> Result<Option<usize>> {
-        let lengths: Vec<usize> = order.iter().map(|&(b, r)| counts(&batches[b]).value(r) as usize).collect();
+        let counts: Vec<&[u32]> = batches.iter().map(|batch| counts(batch).values().as_ref()).collect();
+        let lengths: Vec<usize> = order.iter().map(|&(b, r)| counts[b][r] as usize).collect();
         let calls = plan_batches(&lengths, self.settings.batch_tokens, self.settings.max_batch_rows);
         let mut at = 0;
         for (i, call) in calls.iter().enumerate() {
